@@ -270,7 +270,6 @@ int cmd_dpo(int argc, char **argv) {
     if (!c.quiet && task.reference_from_policy)
         fprintf(stderr, "dpo: the starting weights scored %ld rows for the reference (the rest from the checkpoint)\n",
                 task.reference_rows_scored);
-
     if (!c.quiet) fprintf(stderr, "dpo: final model in %s/final\n", output);
     model_free(&model);
     dpo_task_free(&task);

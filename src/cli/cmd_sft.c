@@ -89,8 +89,7 @@ int cmd_sft(int argc, char **argv) {
     // Language-modeling {"text"} rows have no prompt: every token is trained (the same as their
     // completion one a row; packed into one stream, each text's first token too, as TRL labels
     // a wrapped row's every token).
-    bool all_text = train.count > 0;
-    for (long i = 0; i < train.count; i++) all_text = all_text && train.records[i].text_only;
+    const bool all_text = dataset_text_rows_only(&train);
     const SftLossTokens loss_tokens = train_on_prompt                     ? SFT_LOSS_PADDED
                                       : completion_only_loss && !all_text ? SFT_LOSS_COMPLETION
                                                                          : SFT_LOSS_SEQUENCE;

@@ -168,6 +168,12 @@ int dataset_require_prompts(const Dataset *dataset, const char *option) {
     return 0;
 }
 
+bool dataset_text_rows_only(const Dataset *dataset) {
+    for (long i = 0; i < dataset->count; i++)
+        if (!dataset->records[i].text_only) return false;
+    return dataset->count > 0;
+}
+
 void dataset_take(const Dataset *source, const long *indices, long count, Dataset *out) {
     CHECK(count >= 0, "dataset_take of %ld records", count);
     Dataset taken = {.path = xstrdup(source->path ? source->path : ""), .format = source->format, .count = count,

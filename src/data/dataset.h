@@ -188,6 +188,9 @@ void dataset_take(const Dataset *source, const long *indices, long count, Datase
 // {"text"} row: for the commands whose rows must hold a prompt to answer (PPO's and infer's
 // prompts), where such a row would be an empty prompt.
 int dataset_require_prompts(const Dataset *dataset, const char *option);
+// Whether the data set has rows and every one is a language-modeling {"text"} row (no prompt:
+// SFT and PPO's PTX train every token of such rows).
+bool dataset_text_rows_only(const Dataset *dataset);
 void data_record_copy(const DataRecord *source, DataRecord *out);
 void data_record_free(DataRecord *record);
 

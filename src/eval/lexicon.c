@@ -24,7 +24,6 @@ struct Lexicon {
     int longest; // words in the longest phrase
 };
 
-
 static LexEntry *find_slot(const Lexicon *lex, const char *s, size_t n) {
     size_t mask = lex->capacity - 1;
     // FNV-1a from the start this table always had (a digit short of HASH_FNV1A_START: any start

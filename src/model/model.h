@@ -324,6 +324,10 @@ int model_gradient_point(const Model *model, const ParamEntry *entry);
 // forwards that a backward may follow: with gradients (and no recompute) every layer keeps
 // its activations.
 void model_reserve(Model *model, int B, int T);
+// The attention's saved state of a B x T forward for layers [first, last] (ops.h,
+// attention_saved_size): the most any of them needs (a sliding window can make a layer's
+// larger; CUDA: no fused kernel).
+long model_attention_saved_floats(const Model *model, int B, int T, int first, int last);
 // The same for KV-cache forwards (generation), which use one layer's set for all layers and
 // no backward's buffers: activations of any layout serve that have the rows, the slots (B x
 // T: a KV-cache forward's buffers are flat [slots, width]) and the attention's saved state

@@ -18,19 +18,6 @@ void packed_attention_free(Model *model) {
     memset(&a->packed, 0, sizeof a->packed);
 }
 
-// The attention's saved state of `rows` x T for any layer (a sliding window can make a layer's
-// larger), as model/transformer.c sizes the layers' own.
-static long saved_floats(const Model *model, int rows, int T) {
-    const ModelConfig *cfg = &model->config;
-    long most = 0;
-    for (int l = 0; l < cfg->num_layers; l++) {
-        const long size = model->ops->attention_saved_size(rows, T, cfg->num_heads, cfg->num_kv_heads, cfg->head_dim,
-                                                           cfg->attn_logit_softcap, config_layer_window(cfg, l));
-        if (size > most) most = size;
-    }
-    return most;
-}
-
 static void grow_buffers(Model *model, long slots, long saved) {
     const OpsBackend *ops = model->ops;
     const ModelConfig *cfg = &model->config;
@@ -96,7 +83,7 @@ void packed_attention_begin(Model *model, const ModelBatch *batch, int *position
     a->packed.T = longest;
 
     const long slots = (long)count * longest;
-    grow_buffers(model, slots, saved_floats(model, count, longest));
+    grow_buffers(model, slots, model_attention_saved_floats(model, count, longest, 0, cfg->num_layers - 1));
     // In the attention's layout every row starts at its first slot, positions count from there.
     int *host = xmalloc((size_t)slots * sizeof(int));
     for (long i = 0; i < slots; i++) host[i] = (int)(i % longest);

@@ -236,9 +236,7 @@ static float *alloc_maybe_stored(const OpsBackend *ops, long n, bool stored_only
     return alloc_floats(ops, stored_only ? ops->stored_buffer_floats(n) : n);
 }
 
-// The attention's saved state of a B x T forward for layers [first, last]: the most any of
-// them needs (a sliding window can make a layer's larger; CUDA: no fused kernel).
-static long attention_saved_floats(const Model *model, int B, int T, int first, int last) {
+long model_attention_saved_floats(const Model *model, int B, int T, int first, int last) {
     const ModelConfig *cfg = &model->config;
     long saved = 0;
     for (int l = first; l <= last; l++) {
@@ -305,7 +303,7 @@ static void reserve_layout(Model *model, int B, int T, bool keep_all, bool backw
         // follows and the backend's forward needs none (attention_saved_for).
         const bool shared = !keep_all || s == 0;
         if (!model->packed_rows_only && (backward || !ops->attention_forward_without_saved)) {
-            la->attention_saved_floats = attention_saved_floats(model, B, T, shared ? 0 : s, shared ? L - 1 : s);
+            la->attention_saved_floats = model_attention_saved_floats(model, B, T, shared ? 0 : s, shared ? L - 1 : s);
             la->attention_saved = alloc_floats(ops, la->attention_saved_floats);
         }
         la->att_out = alloc_floats(ops, N * q_dim);
@@ -396,7 +394,7 @@ static bool cached_forward_fits(const Model *model, int B, int T) {
     const Activations *a = &model->acts;
     return a->capacity_B && B <= a->capacity_rows && (long)B * T <= (long)a->capacity_B * a->capacity_T &&
            (model->ops->attention_forward_without_saved ||
-            attention_saved_floats(model, B, T, 0, model->config.num_layers - 1) <= a->layers[0].attention_saved_floats);
+            model_attention_saved_floats(model, B, T, 0, model->config.num_layers - 1) <= a->layers[0].attention_saved_floats);
 }
 
 void model_reserve_cached(Model *model, int B, int T) {

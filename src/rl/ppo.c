@@ -1490,9 +1490,7 @@ static int setup(Ppo *p) {
         // Language-modeling {"text"} rows train every token (unpacked the same as their
         // completion: the text after BOS); packed into one stream, the BOS of each text too, as
         // DeepSpeed-Chat's group_texts labels every token.
-        bool all_text = data.count > 0;
-        for (long i = 0; i < data.count; i++) all_text = all_text && data.records[i].text_only;
-        const SftLossTokens loss_tokens = all_text ? SFT_LOSS_SEQUENCE : SFT_LOSS_COMPLETION;
+        const SftLossTokens loss_tokens = dataset_text_rows_only(&data) ? SFT_LOSS_SEQUENCE : SFT_LOSS_COMPLETION;
         SftTask sft;
         int rc = c->ptx_packing >= 0 ? sft_task_init_packed(&sft, p->tokenizer, examples, data.count, NULL, 0, longest,
                                                             loss_tokens, (PackingStrategy)c->ptx_packing)

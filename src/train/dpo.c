@@ -134,14 +134,20 @@ void dpo_task_compute_reference(DpoTask *task, Model *reference) {
     response_logps_all_weighted(reference, &task->eval, task->pad_id, weighting, task->eval_reference);
 }
 
+// The reference's sums a checkpoint's trainer state kept for these rows, alpha and reference
+// (response_sums_load: the others stay unknown).
+static void load_reference_sums(DpoTask *task, const json_t *state) {
+    response_sums_load(state, "dpo_reference_train", &task->train, task->options.ld_alpha, task->reference_fingerprint,
+                       task->train_reference);
+    response_sums_load(state, "dpo_reference_eval", &task->eval, task->options.ld_alpha, task->reference_fingerprint,
+                       task->eval_reference);
+}
+
 void dpo_task_reference_model(DpoTask *task, Model *reference, const TrainOptions *options) {
     task->reference_fingerprint = response_reference_fingerprint(reference);
     json_t *state = train_resume_state(options);
     if (state) {
-        response_sums_load(state, "dpo_reference_train", &task->train, task->options.ld_alpha,
-                           task->reference_fingerprint, task->train_reference);
-        response_sums_load(state, "dpo_reference_eval", &task->eval, task->options.ld_alpha, task->reference_fingerprint,
-                           task->eval_reference);
+        load_reference_sums(task, state);
         json_decref(state);
     }
     // Under mpirun the scoring is a collective: every rank scores unless every rank has the sums.
@@ -321,11 +327,7 @@ static void dpo_save_state(void *context, json_t *state) {
 
 static int dpo_load_state(void *context, const json_t *state, const char *checkpoint) {
     (void)checkpoint; // missing or stale sums are computed again, not an error
-    DpoTask *task = context;
-    response_sums_load(state, "dpo_reference_train", &task->train, task->options.ld_alpha, task->reference_fingerprint,
-                       task->train_reference);
-    response_sums_load(state, "dpo_reference_eval", &task->eval, task->options.ld_alpha, task->reference_fingerprint,
-                       task->eval_reference);
+    load_reference_sums(context, state);
     return 0;
 }
 

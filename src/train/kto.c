@@ -344,6 +344,16 @@ static void kto_save_state(void *context, json_t *state) {
     json_object_set_new(state, "bco_reward_count", json_real(task->bco_count));
 }
 
+// The reference's sums a checkpoint's trainer state kept for these rows and this reference
+// (response_sums_load: the others stay unknown).
+static void load_reference_sums(KtoTask *task, const json_t *state) {
+    const uint64_t source = task->reference_fingerprint;
+    response_sums_load(state, "kto_reference_train", &task->train, 0, source, task->train_reference);
+    response_sums_load(state, "kto_reference_eval", &task->eval, 0, source, task->eval_reference);
+    response_sums_load(state, "kto_reference_train_kl", &task->train_kl, 0, source, task->train_kl_reference);
+    response_sums_load(state, "kto_reference_eval_kl", &task->eval_kl, 0, source, task->eval_kl_reference);
+}
+
 static int kto_load_state(void *context, const json_t *state, const char *checkpoint) {
     KtoTask *task = context;
     const char *saved = json_string_value(json_object_get(state, "kto_loss"));
@@ -351,13 +361,8 @@ static int kto_load_state(void *context, const json_t *state, const char *checkp
     const char *loss = kto_loss_name(task->options.loss);
     if (strcmp(saved, loss) != 0)
         return err_set("checkpoint was made with --loss %s, this run has --loss %s (%s)", saved, loss, checkpoint);
-    if (task->reference_from_policy) { // missing or stale sums are computed again (kto_prepare)
-        const uint64_t source = task->reference_fingerprint;
-        response_sums_load(state, "kto_reference_train", &task->train, 0, source, task->train_reference);
-        response_sums_load(state, "kto_reference_eval", &task->eval, 0, source, task->eval_reference);
-        response_sums_load(state, "kto_reference_train_kl", &task->train_kl, 0, source, task->train_kl_reference);
-        response_sums_load(state, "kto_reference_eval_kl", &task->eval_kl, 0, source, task->eval_kl_reference);
-    }
+    // Missing or stale sums are computed again (kto_prepare).
+    if (task->reference_from_policy) load_reference_sums(task, state);
     if (task->options.loss != KTO_LOSS_BCO) return 0;
     const json_t *mean = json_object_get(state, "bco_reward_mean"), *seen = json_object_get(state, "bco_reward_count");
     if (!json_is_number(mean) || !json_is_number(seen) || !(json_number_value(seen) >= 0))
@@ -386,11 +391,7 @@ void kto_task_reference_model(KtoTask *task, Model *reference, const TrainOption
     task->reference_fingerprint = response_reference_fingerprint(reference);
     json_t *state = train_resume_state(options);
     if (state) {
-        const uint64_t source = task->reference_fingerprint;
-        response_sums_load(state, "kto_reference_train", &task->train, 0, source, task->train_reference);
-        response_sums_load(state, "kto_reference_eval", &task->eval, 0, source, task->eval_reference);
-        response_sums_load(state, "kto_reference_train_kl", &task->train_kl, 0, source, task->train_kl_reference);
-        response_sums_load(state, "kto_reference_eval_kl", &task->eval_kl, 0, source, task->eval_kl_reference);
+        load_reference_sums(task, state);
         json_decref(state);
     }
     // Under mpirun the scoring is a collective: every rank scores unless every rank has the sums.

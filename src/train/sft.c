@@ -140,16 +140,25 @@ static void tokenize_all(SftTask *task, const Tokenizer *tokenizer, const SftExa
     }
 }
 
-int sft_task_init(SftTask *task, const Tokenizer *tokenizer, const SftExample *examples, long count,
-                  const SftExample *eval_examples, long eval_count, int max_seq_len, SftLossTokens loss_tokens) {
+// sft_task_init with the training examples cut at train_limit tokens (the evaluation's at
+// max_seq_len).
+static int task_init(SftTask *task, const Tokenizer *tokenizer, const SftExample *examples, long count,
+                     const SftExample *eval_examples, long eval_count, int max_seq_len, SftLossTokens loss_tokens,
+                     int train_limit) {
     memset(task, 0, sizeof *task);
     task->max_seq_len = max_seq_len;
     task->loss_tokens = loss_tokens;
     task->pad_id = training_pad_id(tokenizer);
-    tokenize_all(task, tokenizer, examples, count, max_seq_len, &task->train);
+    tokenize_all(task, tokenizer, examples, count, train_limit, &task->train);
     tokenize_all(task, tokenizer, eval_examples, eval_count, max_seq_len, &task->eval);
     if (task->train.count == 0) return err_set("no SFT example has a trained token within --max-seq-len %d", max_seq_len);
     return 0;
+}
+
+int sft_task_init(SftTask *task, const Tokenizer *tokenizer, const SftExample *examples, long count,
+                  const SftExample *eval_examples, long eval_count, int max_seq_len, SftLossTokens loss_tokens) {
+    return task_init(task, tokenizer, examples, count, eval_examples, eval_count, max_seq_len, loss_tokens,
+                     max_seq_len);
 }
 
 // Whether token t of example i is trained where sequences run one after another (a wrapped
@@ -209,16 +218,12 @@ int sft_task_init_packed(SftTask *task, const Tokenizer *tokenizer, const SftExa
                          const SftExample *eval_examples, long eval_count, int max_seq_len, SftLossTokens loss_tokens,
                          PackingStrategy packing) {
     CHECK(loss_tokens != SFT_LOSS_PADDED, "packed rows with the padded loss");
-    memset(task, 0, sizeof *task);
-    task->max_seq_len = max_seq_len;
-    task->loss_tokens = loss_tokens;
-    task->pad_id = training_pad_id(tokenizer);
+    // bfd_split and wrapped split a long example between rows instead of cutting it.
+    if (task_init(task, tokenizer, examples, count, eval_examples, eval_count, max_seq_len, loss_tokens,
+                  packing == PACKING_BFD ? max_seq_len : INT_MAX / 2) != 0)
+        return -1;
     task->packed = true;
     task->packing = packing;
-    // bfd_split and wrapped split a long example between rows instead of cutting it.
-    tokenize_all(task, tokenizer, examples, count, packing == PACKING_BFD ? max_seq_len : INT_MAX / 2, &task->train);
-    tokenize_all(task, tokenizer, eval_examples, eval_count, max_seq_len, &task->eval);
-    if (task->train.count == 0) return err_set("no SFT example has a trained token within --max-seq-len %d", max_seq_len);
     pack_training_rows(task, packing);
     return 0;
 }
