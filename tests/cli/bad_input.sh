@@ -141,6 +141,11 @@ expect_error packing_garbage "--packing expects true or false" "$bin" sft \
 expect_error padding_free_garbage "--padding-free expects true or false" "$bin" sft \
     --model tests/fixtures/models/tiny_chat --data tests/fixtures/train/sft.jsonl --padding-free=maybe \
     --output "$tmp/packing_garbage"
+for command in dpo kto; do
+    expect_error "${command}_padding_free_garbage" "--padding-free expects true or false" "$bin" "$command" \
+        --model tests/fixtures/models/tiny_chat --data tests/fixtures/train/pairs.jsonl --padding-free=2 \
+        --output "$tmp/packing_garbage"
+done
 expect_error packing_strategy_garbage "--packing-strategy first_fit: give bfd, bfd_split or wrapped" "$bin" sft \
     --model tests/fixtures/models/tiny_chat --data tests/fixtures/train/sft.jsonl --packing --packing-strategy first_fit \
     --output "$tmp/packing_garbage"
