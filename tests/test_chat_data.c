@@ -82,13 +82,30 @@ static bool same_turns(const Tokenizer *tok, const DataRecord *r, const json_t *
     return same;
 }
 
+// SFT's --completion-only-loss false: the prompt and the response extended through the end of
+// the conversation (dataset_render_whole_conversations) against TRL's rendering of the whole
+// conversation, and tokenize_example's ids of the two against the fixture's.
+static bool same_whole(const Tokenizer *tok, const DataRecord *r, const json_t *whole) {
+    const char *text = json_string_value(json_object_get(whole, "text"));
+    const json_t *want_ids = json_object_get(whole, "ids");
+    const size_t prompt_length = strlen(r->prompt);
+    if (strncmp(text, r->prompt, prompt_length) != 0 || strcmp(text + prompt_length, r->chosen) != 0) return false;
+    int *ids, length, prompt_tokens;
+    bool truncated;
+    tokenize_example(tok, r->prompt, r->chosen, 1 << 20, &ids, &length, &prompt_tokens, &truncated);
+    bool same = (size_t)length == json_array_size(want_ids);
+    for (int i = 0; same && i < length; i++) same = ids[i] == json_integer_value(json_array_get(want_ids, (size_t)i));
+    free(ids);
+    return same;
+}
+
 static void test_cases_match_transformers(void) {
     json_error_t error;
     json_t *root = json_load_file(FIXTURE, 0, &error);
     CHECK(root, "%s: %s", FIXTURE, error.text);
     size_t index;
     json_t *entry;
-    int checked = 0, turn_cases = 0;
+    int checked = 0, turn_cases = 0, whole_cases = 0, extended_cases = 0;
     json_array_foreach(json_object_get(root, "cases"), index, entry) {
         const char *name = json_string_value(json_object_get(entry, "name"));
         const char *template = json_string_value(json_object_get(entry, "template"));
@@ -140,6 +157,16 @@ static void test_cases_match_transformers(void) {
                 EXPECT(same_turns(tok, r, turns), "%s: --assistant-only-loss turns differ", name);
                 turn_cases++;
             }
+            const json_t *whole = json_object_get(entry, "whole");
+            if (whole) {
+                char *last_turn = xstrdup(r->chosen);
+                EXPECT(dataset_render_whole_conversations(&d, tok, model, option) == 0, "%s: %s", name, err_msg());
+                EXPECT(same_whole(tok, r, whole), "%s: the whole conversation differs from TRL's: \"%s\"", name,
+                       r->chosen);
+                extended_cases += strcmp(last_turn, r->chosen) != 0;
+                free(last_turn);
+                whole_cases++;
+            }
             checked++;
         }
         dataset_free(&d);
@@ -148,6 +175,9 @@ static void test_cases_match_transformers(void) {
     EXPECT(checked == (int)json_array_size(json_object_get(root, "cases")), "checked %d cases", checked);
     EXPECT(turn_cases == 7, "%d cases of turns (2 rows x 2 templates, a tool row x 2 templates, Qwen3 without "
            "thinking)", turn_cases);
+    EXPECT(whole_cases == 7 && extended_cases == 2,
+           "%d cases of whole conversations, %d of them with messages after the last assistant one (7 and 2 expected)",
+           whole_cases, extended_cases);
     json_decref(root);
 }
 

@@ -36,7 +36,11 @@ cases.json: {"cases": [{name, template (marlhf's name), tokenizer, row (the JSON
 a file line), expected: {prompt, chosen, rejected} (null where absent), ids: {prompt,
 chosen, rejected}, and for {"messages"} rows turns: {texts, ids, trained}}]}: SFT's
 --assistant-only-loss pieces (turns_of), the whole conversation's ids with EOS, and which
-of them are trained, from the tokenizer's character offsets (turn_ids).
+of them are trained, from the tokenizer's character offsets (turn_ids); and whole: {text,
+ids}: SFT's --completion-only-loss false, the whole conversation (the messages after the last
+assistant message too) as TRL's SFTTrainer renders it, and its ids as marlhf builds them
+(the prompt's, then the rest of the text's, then EOS; with SmolLM2's tokenizer checked to be
+the whole text's, which is what TRL tokenizes).
 """
 import json
 import sys
@@ -136,6 +140,19 @@ def turns_of(messages, tok, tools=None, kwargs=None):
         pieces += [leading[len(rendered):], through[len(leading):]]
         rendered = through
     return pieces
+
+
+def whole_conversation(row, prompt, tok, whole_text_check):
+    """SFT's --completion-only-loss false on a {"messages"} row: TRL's SFTTrainer renders the
+    whole conversation (apply_chat_template(messages), no generation prompt) and trains every
+    token. marlhf keeps the last-turn prompt and makes the response the rest of that text."""
+    text = tok.apply_chat_template(parsed_arguments(row["messages"]), tools=row_tools(row) or None, tokenize=False,
+                                   **(row.get("chat_template_kwargs") or {}))
+    assert text.startswith(prompt), (text, prompt)
+    out = ids(tok, prompt, False) + ids(tok, text[len(prompt):], True)
+    if whole_text_check:
+        assert out == ids(tok, text, True), text
+    return {"text": text, "ids": out}
 
 
 def turn_ids(tok, pieces, whole_text_check):
@@ -373,6 +390,7 @@ def main():
                                   row.get("chat_template_kwargs"))
                 whole, trained = turn_ids(tok, pieces, tokenizer_name == "smollm2")
                 case["turns"] = {"texts": pieces, "ids": whole, "trained": trained}
+                case["whole"] = whole_conversation(row, rendered["prompt"], tok, tokenizer_name == "smollm2")
             cases.append(case)
     OUT.parent.mkdir(parents=True, exist_ok=True)
     OUT.write_text(json.dumps({"cases": cases}, indent=1, ensure_ascii=False) + "\n")

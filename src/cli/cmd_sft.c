@@ -74,6 +74,19 @@ int cmd_sft(int argc, char **argv) {
             dataset_render_turns(&eval, tokenizer, model_path, c.chat_template) != 0)
             die_from_err();
     }
+    // Language-modeling {"text"} rows have no prompt: every token is trained (the same as their
+    // completion one a row; packed into one stream, each text's first token too, as TRL labels
+    // a wrapped row's every token).
+    const bool all_text = dataset_text_rows_only(&train);
+    const SftLossTokens loss_tokens = train_on_prompt                     ? SFT_LOSS_PADDED
+                                      : completion_only_loss && !all_text ? SFT_LOSS_COMPLETION
+                                                                         : SFT_LOSS_SEQUENCE;
+    // Every token trained: a conversation's messages after its last assistant message too, as
+    // TRL trains the whole conversation.
+    if (loss_tokens == SFT_LOSS_SEQUENCE &&
+        (dataset_render_whole_conversations(&train, tokenizer, model_path, c.chat_template) != 0 ||
+         dataset_render_whole_conversations(&eval, tokenizer, model_path, c.chat_template) != 0))
+        die_from_err();
     SftExample *examples = xcalloc(train.count + 1, sizeof *examples);
     for (long i = 0; i < train.count; i++) {
         const DataRecord *r = &train.records[i];
@@ -86,13 +99,6 @@ int cmd_sft(int argc, char **argv) {
         eval_examples[i] = (SftExample){r->prompt, r->chosen ? r->chosen : "", (const char *const *)r->turns, r->turn_count};
     }
     SftTask task;
-    // Language-modeling {"text"} rows have no prompt: every token is trained (the same as their
-    // completion one a row; packed into one stream, each text's first token too, as TRL labels
-    // a wrapped row's every token).
-    const bool all_text = dataset_text_rows_only(&train);
-    const SftLossTokens loss_tokens = train_on_prompt                     ? SFT_LOSS_PADDED
-                                      : completion_only_loss && !all_text ? SFT_LOSS_COMPLETION
-                                                                         : SFT_LOSS_SEQUENCE;
     const int rc = packing ? sft_task_init_packed(&task, tokenizer, examples, train.count, eval_examples, eval.count,
                                                   (int)c.max_seq_len, loss_tokens, (PackingStrategy)strategy)
                            : sft_task_init(&task, tokenizer, examples, train.count, eval_examples, eval.count,

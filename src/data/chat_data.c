@@ -283,6 +283,64 @@ int dataset_render_turns_with(Dataset *dataset, const ChatTemplate *t) {
     return 0;
 }
 
+// The chosen text of a {"messages"} row whose last message is not its last assistant message,
+// extended through the messages after it: the whole conversation rendered (no generation
+// prompt), less the prompt's text, which it must start with.
+static int render_through_end(const ChatTemplate *shared, const Dataset *d, DataRecord *r) {
+    json_error_t error;
+    json_t *conversation = json_loads(r->conversation, 0, &error);
+    CHECK(conversation, "a conversation kept at load does not parse: %s", error.text);
+    const json_t *list = json_object_get(conversation, "messages");
+    const size_t count = json_array_size(list);
+    const char *last_role = count ? json_string_value(json_object_get(json_array_get(list, count - 1), "role")) : NULL;
+    if (!last_role || strcmp(last_role, "assistant") == 0) { // nothing after the last assistant message
+        json_decref(conversation);
+        return 0;
+    }
+    ChatTemplate row;
+    if (row_template(shared, conversation, d, r, &row) != 0) {
+        json_decref(conversation);
+        return -1;
+    }
+    ChatMessage *messages = xcalloc(count, sizeof *messages);
+    int appended = 0;
+    append_messages(conversation, "messages", messages, &appended);
+    char *tools = conversation_tools(conversation);
+    char *whole = NULL;
+    int rc = chat_template_render_tools(&row, messages, appended, tools, false, &whole) != 0 ? row_error(d, r) : 0;
+    const size_t prefix = strlen(r->prompt);
+    if (rc == 0 && strncmp(whole, r->prompt, prefix) != 0)
+        rc = err_set("the chat template %s renders the prompt differently once the messages after the last assistant "
+                     "message follow, so they cannot be added to the response (%s:%ld)",
+                     chat_template_name(&row), d->path, r->line);
+    if (rc == 0) {
+        free(r->chosen);
+        r->chosen = xstrdup(whole + prefix);
+    }
+    free(whole);
+    release_messages(messages, appended);
+    free(messages);
+    free(tools);
+    json_decref(conversation);
+    return rc;
+}
+
+int dataset_render_whole_conversations(Dataset *dataset, const Tokenizer *tok, const char *model_path,
+                                       const char *option) {
+    if (!dataset->conversational || dataset->count == 0) return 0;
+    ChatTemplate t;
+    if (chat_template_for_model(&t, tok, model_path, option) != 0) return -1;
+    const int rc = dataset_render_whole_conversations_with(dataset, &t);
+    chat_template_free(&t);
+    return rc;
+}
+
+int dataset_render_whole_conversations_with(Dataset *dataset, const ChatTemplate *t) {
+    for (long i = 0; i < dataset->count; i++)
+        if (dataset->records[i].conversation && render_through_end(t, dataset, &dataset->records[i]) != 0) return -1;
+    return 0;
+}
+
 int dataset_render_chat(Dataset *dataset, Tokenizer *tok, const char *model_path, const char *option) {
     if (!dataset->conversational) return 0;
     ChatTemplate t;

@@ -46,3 +46,14 @@ int dataset_render_chat_with(Dataset *dataset, const ChatTemplate *t);
 int dataset_render_turns(Dataset *dataset, const Tokenizer *tok, const char *model_path, const char *option);
 // The same with a template already found (tests).
 int dataset_render_turns_with(Dataset *dataset, const ChatTemplate *t);
+
+// SFT's --completion-only-loss false on {"messages"} rows (TRL's SFTTrainer trains the whole
+// conversation): after dataset_render_chat, each such row whose conversation goes on after its
+// last assistant message gets those messages too, its chosen text becoming the whole
+// conversation's rendering (no generation prompt) less the prompt's. A template that renders
+// the prompt differently once they follow is an error naming the row. Other rows, and text
+// datasets, are left as they are.
+int dataset_render_whole_conversations(Dataset *dataset, const Tokenizer *tok, const char *model_path,
+                                       const char *option);
+// The same with a template already found (tests).
+int dataset_render_whole_conversations_with(Dataset *dataset, const ChatTemplate *t);

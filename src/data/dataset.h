@@ -70,8 +70,9 @@
 // date_string), which TRL's trainers pass to the template, and rendered later with the
 // model's chat template (data/chat_data.h), since this layer has no model:
 //     SFT       {messages: [...]}: the prompt is every message before the last assistant
-//               message, the response that message (messages after it are not used; a
-//               list without an assistant message, or with nothing before it, is an error);
+//               message, the response that message (messages after it are used only by
+//               SFT's --completion-only-loss false, data/chat_data.h; a list without an
+//               assistant message, or with nothing before it, is an error);
 //               or {prompt: [msgs], completion: [msgs]}
 //     pairs     {prompt: [msgs], chosen: [msgs], rejected: [msgs]}; or the implicit-prompt
 //               {chosen: [conversation], rejected: [conversation]}: the prompt is their

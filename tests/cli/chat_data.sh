@@ -161,6 +161,7 @@ for c in json.load(open(sys.argv[1]))["cases"]:
         tag = c["name"].split("/")[1]
         open(f"{sys.argv[2]}/{tag}.jsonl", "w").write(c["row"] + "\n")
         open(f"{sys.argv[2]}/{tag}_ids.jsonl", "w").write(json.dumps({"ids": c["turns"]["ids"]}) + "\n")
+        open(f"{sys.argv[2]}/{tag}_whole_ids.jsonl", "w").write(json.dumps({"ids": c["whole"]["ids"]}) + "\n")
         json.dump(c["turns"]["trained"], open(f"{sys.argv[2]}/{tag}_trained.json", "w"))
 PYEOF
     for tag in sft_messages sft_messages_edges; do
@@ -187,6 +188,35 @@ print(f"loss {got:.6f}, want {want:.6f} over {len(counted)} tokens; last turn on
 sys.exit(0 if abs(got - want) <= 1e-4 * abs(want) and abs(last - want) > 1e-3 * abs(want) else 1)
 PYEOF
         then pass "assistant_only_loss_$tag"; else fail "assistant_only_loss_$tag" "see above"; fi
+
+        # --completion-only-loss false: every token of the whole conversation (TRL's SFTTrainer
+        # default on {"messages"} rows), the messages after the last assistant message included
+        # (the edges row ends with a user message): the mean over every token after the first of
+        # the fixture's ids of the conversation as transformers renders it whole.
+        "$bin" sft --model "$smollm2" --data "$tmp/$tag.jsonl" --max-seq-len 128 --per-device-train-batch-size 1 \
+            --max-steps 1 --threads 2 --quiet --completion-only-loss false --output "$tmp/whole_$tag" \
+            2> "$tmp/whole_$tag.err" || fail "completion_only_loss_false_$tag" "$(tail -n 2 "$tmp/whole_$tag.err")"
+        rm -rf "$tmp/whole_$tag"/checkpoint-* "$tmp/whole_$tag/final"
+        "$bin" logprobs --model "$smollm2" --input "$tmp/${tag}_whole_ids.jsonl" --threads 2 \
+            > "$tmp/${tag}_whole_logprobs.jsonl" 2> "$tmp/whole_$tag.err"
+        if python3 - "$tmp/${tag}_whole_logprobs.jsonl" "$tmp/${tag}_logprobs.jsonl" "$tmp/whole_$tag/metrics.jsonl" \
+            "$tag" << 'PYEOF'
+import json, sys
+mean = lambda values: sum(values) / len(values)
+whole = json.loads(open(sys.argv[1]).readline())["logprobs"]
+through_last = json.loads(open(sys.argv[2]).readline())["logprobs"]  # the conversation through its last assistant message
+want, without_tail = -mean(whole), -mean(through_last)
+got = [json.loads(l)["train/loss"] for l in open(sys.argv[3]) if "train/loss" in l][0]
+print(f"loss {got:.6f}, want {want:.6f} over {len(whole)} tokens; through the last assistant message "
+      f"{without_tail:.6f} over {len(through_last)}", file=sys.stderr)
+ok = abs(got - want) <= 1e-4 * abs(want)
+if sys.argv[4] == "sft_messages_edges":  # a user message follows the last assistant one
+    ok = ok and len(whole) > len(through_last) and abs(got - without_tail) > 1e-3 * abs(want)
+else:
+    ok = ok and whole == through_last
+sys.exit(0 if ok else 1)
+PYEOF
+        then pass "completion_only_loss_false_$tag"; else fail "completion_only_loss_false_$tag" "see above"; fi
     done
 else
     fail assistant_only_loss "$smollm2 missing (scripts/fetch-model)"
