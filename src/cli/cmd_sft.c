@@ -15,7 +15,7 @@ int cmd_sft(int argc, char **argv) {
     c.adapter_dropout_applies = true; // as TRL's SFTTrainer, which keeps PEFT's lora_dropout
     char *model_path = NULL, *output = NULL;
     bool train_on_prompt = false, assistant_only_loss = false, completion_only_loss = true, packing = false;
-    bool padding_free = false;
+    bool padding_free = false, eval_packing = false;
     char *packing_strategy = "bfd";
     Option options[64] = {
         {"model", "model_name_or_path", OPT_STRING, &model_path, "base model: Hugging Face folder or .gguf", true, false},
@@ -37,8 +37,13 @@ int cmd_sft(int argc, char **argv) {
         {"padding-free", "padding_free", OPT_BOOL, &padding_free,
          "run each micro-batch as one row of its examples side by side, each attending to itself only (TRL's "
          "padding_free): the same loss, no padding computed; implied by --packing bfd and bfd_split", false, false},
+        {"eval-packing", "eval_packing", OPT_BOOL, &eval_packing,
+         "pack the evaluation examples as --packing packs the training ones (TRL's eval_packing); default: as "
+         "--packing", false, false},
     };
-    int count = 8 + trainer_cli_options(&c, options + 8);
+    enum { SFT_OPTIONS = 9 };
+    Option *eval_packing_option = &options[SFT_OPTIONS - 1];
+    int count = SFT_OPTIONS + trainer_cli_options(&c, options + SFT_OPTIONS);
     CHECK(count <= (int)(sizeof options / sizeof options[0]), "option table too small");
     OptionSet set = {"sft", "Supervised fine-tuning on prompt/response data (loss on response tokens by default).",
                      "marlhf sft --model PATH --data FILE.jsonl --output RUN_DIR [options]", options, count, NULL, 0, 0};
@@ -56,6 +61,10 @@ int cmd_sft(int argc, char **argv) {
     if (packing && train_on_prompt)
         die_user("--packing fills rows with examples and --train-on-prompt pads every example to --max-seq-len: give "
                  "one (--packing)");
+    if (!eval_packing_option->seen) eval_packing = packing; // TRL's eval_packing=None
+    if (eval_packing && !packing)
+        die_user("--eval-packing packs the evaluation examples as --packing packs the training ones: give --packing "
+                 "(--eval-packing)");
     if (!completion_only_loss && assistant_only_loss)
         die_user("--completion-only-loss false trains every token and --assistant-only-loss the assistant turns only: "
                  "give one (--completion-only-loss)");
@@ -100,7 +109,8 @@ int cmd_sft(int argc, char **argv) {
     }
     SftTask task;
     const int rc = packing ? sft_task_init_packed(&task, tokenizer, examples, train.count, eval_examples, eval.count,
-                                                  (int)c.max_seq_len, loss_tokens, (PackingStrategy)strategy)
+                                                  (int)c.max_seq_len, loss_tokens, (PackingStrategy)strategy,
+                                                  eval_packing)
                            : sft_task_init(&task, tokenizer, examples, train.count, eval_examples, eval.count,
                                            (int)c.max_seq_len, loss_tokens);
     if (rc != 0) die_from_err();
@@ -108,7 +118,11 @@ int cmd_sft(int argc, char **argv) {
     task.padding_free = padding_free || (packing && strategy != PACKING_WRAPPED);
     long tokens = 0;
     for (long i = 0; i < task.train.count; i++) tokens += task.train.lengths[i];
-    if (!c.quiet && packing)
+    if (!c.quiet && packing && task.eval_packed && task.eval.count > 0)
+        fprintf(stderr, "sft: %ld training examples (%ld dropped, %ld cut at %ld tokens) packed (%s) into %ld rows, "
+                "%ld tokens; %ld eval examples packed into %ld rows\n", task.sequences, task.dropped, task.truncated,
+                c.max_seq_len, packing_strategy, task.train.count, tokens, task.eval_sequences, task.eval.count);
+    else if (!c.quiet && packing)
         fprintf(stderr, "sft: %ld training examples (%ld dropped, %ld cut at %ld tokens) packed (%s) into %ld rows, "
                 "%ld tokens; %ld eval examples\n", task.sequences, task.dropped, task.truncated, c.max_seq_len,
                 packing_strategy, task.train.count, tokens, task.eval.count);

@@ -1493,7 +1493,7 @@ static int setup(Ppo *p) {
         const SftLossTokens loss_tokens = dataset_text_rows_only(&data) ? SFT_LOSS_SEQUENCE : SFT_LOSS_COMPLETION;
         SftTask sft;
         int rc = c->ptx_packing >= 0 ? sft_task_init_packed(&sft, p->tokenizer, examples, data.count, NULL, 0, longest,
-                                                            loss_tokens, (PackingStrategy)c->ptx_packing)
+                                                            loss_tokens, (PackingStrategy)c->ptx_packing, false)
                                      : sft_task_init(&sft, p->tokenizer, examples, data.count, NULL, 0, longest,
                                                      loss_tokens);
         free(examples);

@@ -144,13 +144,13 @@ static void tokenize_all(SftTask *task, const Tokenizer *tokenizer, const SftExa
 // max_seq_len).
 static int task_init(SftTask *task, const Tokenizer *tokenizer, const SftExample *examples, long count,
                      const SftExample *eval_examples, long eval_count, int max_seq_len, SftLossTokens loss_tokens,
-                     int train_limit) {
+                     int train_limit, int eval_limit) {
     memset(task, 0, sizeof *task);
     task->max_seq_len = max_seq_len;
     task->loss_tokens = loss_tokens;
     task->pad_id = training_pad_id(tokenizer);
     tokenize_all(task, tokenizer, examples, count, train_limit, &task->train);
-    tokenize_all(task, tokenizer, eval_examples, eval_count, max_seq_len, &task->eval);
+    tokenize_all(task, tokenizer, eval_examples, eval_count, eval_limit, &task->eval);
     if (task->train.count == 0) return err_set("no SFT example has a trained token within --max-seq-len %d", max_seq_len);
     return 0;
 }
@@ -158,7 +158,7 @@ static int task_init(SftTask *task, const Tokenizer *tokenizer, const SftExample
 int sft_task_init(SftTask *task, const Tokenizer *tokenizer, const SftExample *examples, long count,
                   const SftExample *eval_examples, long eval_count, int max_seq_len, SftLossTokens loss_tokens) {
     return task_init(task, tokenizer, examples, count, eval_examples, eval_count, max_seq_len, loss_tokens,
-                     max_seq_len);
+                     max_seq_len, max_seq_len);
 }
 
 // Whether token t of example i is trained where sequences run one after another (a wrapped
@@ -169,10 +169,10 @@ static bool trained_in_stream(const SftTask *task, const TokenizedExamples *exam
     return task->loss_tokens == SFT_LOSS_SEQUENCE ? t < examples->lengths[i] : trained_target(examples, i, t);
 }
 
-// Packs task->train into rows (train/packing.h): each row's pieces' ids and trained flags side
-// by side, and for bfd and bfd_split the pieces as its segments.
-static void pack_training_rows(SftTask *task, PackingStrategy strategy) {
-    TokenizedExamples *in = &task->train;
+// Packs `in` (the task's training or evaluation examples) into rows (train/packing.h): each
+// row's pieces' ids and trained flags side by side, and for bfd and bfd_split the pieces as its
+// segments. Returns the number of sequences packed.
+static long pack_rows(const SftTask *task, TokenizedExamples *in, PackingStrategy strategy) {
     PackedRows packed;
     pack_sequences(in->lengths, in->count, task->max_seq_len, strategy, &packed);
     TokenizedExamples out;
@@ -208,23 +208,29 @@ static void pack_training_rows(SftTask *task, PackingStrategy strategy) {
         out.prompt_lengths[r] = 0; // (the trained flags say it)
         out.count++;
     }
-    task->sequences = in->count;
+    const long sequences = in->count;
     packed_rows_free(&packed);
     tokenized_examples_free(in);
     *in = out;
+    return sequences;
 }
 
 int sft_task_init_packed(SftTask *task, const Tokenizer *tokenizer, const SftExample *examples, long count,
                          const SftExample *eval_examples, long eval_count, int max_seq_len, SftLossTokens loss_tokens,
-                         PackingStrategy packing) {
+                         PackingStrategy packing, bool pack_eval) {
     CHECK(loss_tokens != SFT_LOSS_PADDED, "packed rows with the padded loss");
     // bfd_split and wrapped split a long example between rows instead of cutting it.
-    if (task_init(task, tokenizer, examples, count, eval_examples, eval_count, max_seq_len, loss_tokens,
-                  packing == PACKING_BFD ? max_seq_len : INT_MAX / 2) != 0)
+    const int limit = packing == PACKING_BFD ? max_seq_len : INT_MAX / 2;
+    if (task_init(task, tokenizer, examples, count, eval_examples, eval_count, max_seq_len, loss_tokens, limit,
+                  pack_eval ? limit : max_seq_len) != 0)
         return -1;
     task->packed = true;
     task->packing = packing;
-    pack_training_rows(task, packing);
+    task->sequences = pack_rows(task, &task->train, packing);
+    if (pack_eval) {
+        task->eval_packed = true;
+        task->eval_sequences = pack_rows(task, &task->eval, packing);
+    }
     return 0;
 }
 

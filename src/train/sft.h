@@ -53,10 +53,11 @@ typedef struct {
     long dropped; // examples with no trained token within max_seq_len (a prompt that filled it)
     long truncated;
     // --packing: `train` holds rows of up to max_seq_len tokens packed from `sequences`
-    // examples (train/packing.h); the evaluation's examples stay one a row (the same loss).
-    bool packed;
+    // examples (train/packing.h); and with eval_packed (TRL's eval_packing, by default as
+    // packing) `eval` holds such rows of `eval_sequences` examples, else one example a row.
+    bool packed, eval_packed;
     PackingStrategy packing;
-    long sequences;
+    long sequences, eval_sequences;
     // --padding-free (TRL's padding_free; implied by bfd packing, as in TRL): each micro-batch
     // and evaluation chunk runs as one row of its examples side by side, each attending to
     // itself only -- the loss of one example a row, without the padding. The command makes the
@@ -68,11 +69,12 @@ typedef struct {
 int sft_task_init(SftTask *task, const Tokenizer *tokenizer, const SftExample *examples, long count,
                   const SftExample *eval_examples, long eval_count, int max_seq_len, SftLossTokens loss_tokens);
 // The same, the training examples then packed into rows of max_seq_len tokens (TRL's
-// packing=True with packing_strategy): bfd cuts an example at max_seq_len as sft_task_init
-// does, bfd_split and wrapped keep it whole and split it between rows.
+// packing=True with packing_strategy), and with pack_eval the evaluation's too (TRL's
+// eval_packing): bfd cuts an example at max_seq_len as sft_task_init does, bfd_split and
+// wrapped keep it whole and split it between rows.
 int sft_task_init_packed(SftTask *task, const Tokenizer *tokenizer, const SftExample *examples, long count,
                          const SftExample *eval_examples, long eval_count, int max_seq_len, SftLossTokens loss_tokens,
-                         PackingStrategy packing);
+                         PackingStrategy packing, bool pack_eval);
 void sft_task_free(SftTask *task);
 // The loop's view of the task.
 TrainTask sft_train_task(SftTask *task);

@@ -141,6 +141,9 @@ expect_error packing_garbage "--packing expects true or false" "$bin" sft \
 expect_error padding_free_garbage "--padding-free expects true or false" "$bin" sft \
     --model tests/fixtures/models/tiny_chat --data tests/fixtures/train/sft.jsonl --padding-free=maybe \
     --output "$tmp/packing_garbage"
+expect_error eval_packing_garbage "--eval-packing expects true or false" "$bin" sft \
+    --model tests/fixtures/models/tiny_chat --data tests/fixtures/train/sft.jsonl --packing --eval-packing=maybe \
+    --output "$tmp/packing_garbage"
 for command in dpo kto; do
     expect_error "${command}_padding_free_garbage" "--padding-free expects true or false" "$bin" "$command" \
         --model tests/fixtures/models/tiny_chat --data tests/fixtures/train/pairs.jsonl --padding-free=2 \

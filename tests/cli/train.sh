@@ -158,6 +158,28 @@ text_wrapped_sequence=$(sft_first_loss text_wrapped_sequence "$tmp/text.jsonl" -
 [ -n "$text_wrapped" ] && [ "$text_wrapped" = "$text_wrapped_sequence" ] && [ "$text_wrapped" != "$text" ] &&
     pass "sft_packing_text_rows_every_token ($text_wrapped)" ||
     fail sft_packing_text_rows_every_token "'$text_wrapped' '$text_wrapped_sequence' (unpacked '$text')"
+# The evaluation data is packed as the training data (TRL's eval_packing, by default as
+# packing): at learning rate 1e-30 the evaluation after one step sees the untrained model (an
+# update far below a float's resolution of the weights), so its loss on pr.jsonl is wrapped's
+# one stream when packed, the unpacked loss with --eval-packing false, and the unpacked loss
+# under bfd either way (each example to itself).
+sft_eval_loss() { # sft_eval_loss NAME [OPTIONS...]: eval/loss after one step at learning rate 1e-30
+    "$bin" sft --model "$model" --data "$tmp/pr.jsonl" --eval-data "$tmp/pr.jsonl" --max-seq-len 80 \
+        --per-device-train-batch-size 2 --max-steps 1 --eval-every 1 --learning-rate 1e-30 --threads 2 "${@:2}" \
+        --output "$tmp/loss_$1" 2> "$tmp/loss_$1.err" && json_field "$tmp/loss_$1/metrics.jsonl" eval/loss 0
+}
+eval_wrapped=$(sft_eval_loss eval_wrapped --packing --packing-strategy wrapped)
+eval_wrapped_unpacked=$(sft_eval_loss eval_wrapped_unpacked --packing --packing-strategy wrapped --eval-packing false)
+eval_bfd=$(sft_eval_loss eval_bfd --packing)
+grep -q "; 2 eval examples packed into 1 rows" "$tmp/loss_eval_wrapped.err" &&
+    ! grep -q "packed into 1 rows$" "$tmp/loss_eval_wrapped_unpacked.err" &&
+    check_wrapped_loss 0 "$eval_wrapped" && pass "sft_eval_packing_wrapped_is_one_stream ($eval_wrapped)" ||
+    fail sft_eval_packing_wrapped_is_one_stream "loss '$eval_wrapped' $(grep 'sft:' "$tmp/loss_eval_wrapped.err" | head -n 1)"
+check_first_loss 0 0 "$eval_wrapped_unpacked" && check_first_loss 0 0 "$eval_bfd" &&
+    pass "sft_eval_packing_false_and_bfd_unpacked_loss ($eval_wrapped_unpacked, $eval_bfd)" ||
+    fail sft_eval_packing_false_and_bfd_unpacked_loss "losses '$eval_wrapped_unpacked' '$eval_bfd'"
+expect_error sft_eval_packing_without_packing "give --packing (--eval-packing)" \
+    "$bin" sft "${sft_args[@]}" --eval-packing --output "$tmp/x_packing"
 rm -rf "$tmp"/loss_*/checkpoint-* "$tmp"/loss_*/final
 # --padding-free (TRL's padding_free): each micro-batch and evaluation chunk as one row of its
 # examples, each attending to itself only -- the same losses as one example a row, step after
