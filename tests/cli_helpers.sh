@@ -7,12 +7,12 @@ fail() { echo "FAIL $1: $2"; failures=$((failures + 1)); }
 # (a run's metrics.jsonl, say).
 json_values() { python3 -c "import sys, json; print(' '.join(str(r[sys.argv[2]]) for r in map(json.loads, open(sys.argv[1])) if sys.argv[2] in r))" "$@"; }
 
-# same_losses RUN_A RUN_B COUNT: whether two runs' metrics.jsonl hold the same train/loss and
-# eval/loss values, COUNT of them in all, each within 1e-6 relative (of 1e-3 at least); prints
-# the worst difference on stderr.
+# same_losses RUN_A RUN_B COUNT [TOLERANCE]: whether two runs' metrics.jsonl hold the same
+# train/loss and eval/loss values, COUNT of them in all, each within TOLERANCE (1e-6 unless
+# given) relative (of 1e-3 at least); prints the worst difference on stderr.
 same_losses() {
     python3 - "$(json_values "$1/metrics.jsonl" train/loss) $(json_values "$1/metrics.jsonl" eval/loss)" \
-        "$(json_values "$2/metrics.jsonl" train/loss) $(json_values "$2/metrics.jsonl" eval/loss)" "$3" << 'PY'
+        "$(json_values "$2/metrics.jsonl" train/loss) $(json_values "$2/metrics.jsonl" eval/loss)" "$3" "${4:-1e-6}" << 'PY'
 import sys
 a, b = [list(map(float, s.split())) for s in sys.argv[1:3]]
 if not len(a) == len(b) == int(sys.argv[3]):
@@ -20,7 +20,7 @@ if not len(a) == len(b) == int(sys.argv[3]):
     sys.exit(1)
 worst = max(abs(x - y) / max(abs(x), 1e-3) for x, y in zip(a, b))
 print(f"{len(a)} losses, worst relative difference {worst:.2e}", file=sys.stderr)
-sys.exit(0 if worst <= 1e-6 else 1)
+sys.exit(0 if worst <= float(sys.argv[4]) else 1)
 PY
 }
 

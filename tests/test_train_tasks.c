@@ -160,6 +160,39 @@ static void test_rm_largest_batch(void) {
         model_release_activations(&model);
         rm_task_free(&task);
     }
+    // Padding-free (--padding-free): one row of a micro-batch's responses (up to two examples,
+    // four rows) or of an evaluation chunk's; no attention state a layer.
+    RmTask task;
+    CHECK(rm_task_init(&task, tokenizer, 2, prompts, responses, NULL, 3, eval_prompts, eval_responses, NULL, 1, 96,
+                       RM_LOSS_PAIRWISE, 0.0f) == 0,
+          "%s", err_msg());
+    task.padding_free = true;
+    model.packed_rows_only = true;
+    TrainTask train = rm_train_task(&task);
+    int rows = 0, length = 0, sums[3], first = 0, second = 0;
+    train.largest_batch(train.context, 2, &rows, &length);
+    for (int e = 0; e < 3; e++) { // the two examples with the most tokens
+        sums[e] = task.train.lengths[2 * e] + task.train.lengths[2 * e + 1];
+        if (sums[e] > first) second = first, first = sums[e];
+        else if (sums[e] > second) second = sums[e];
+    }
+    EXPECT(rows == 1 && length == first + second, "padding-free: largest batch %d rows of %d tokens, want 1 of %d", rows,
+           length, first + second);
+    model_reserve(&model, rows, length);
+    const float *residual = model.acts.residual;
+    bool kept = model.acts.layers[0].attention_saved == NULL;
+    for (long a = 0; a < 3; a++)
+        for (long b = 0; b < 3; b++) {
+            const long which[2] = {a, b};
+            kept &= step_keeps_activations(&train, &model, which, a == b ? 1 : 2, 1, first + second, residual);
+        }
+    EvalResult result;
+    train.evaluate(train.context, &model, &result);
+    kept &= model.acts.residual == residual && model.acts.capacity_B == 1 && model.acts.capacity_T == first + second;
+    EXPECT(kept, "padding-free: a micro-batch or the evaluation made the activations again (%d x %d), or a layer kept "
+                 "attention state", model.acts.capacity_B, model.acts.capacity_T);
+    model_release_activations(&model);
+    rm_task_free(&task);
     tokenizer_free(tokenizer);
     model_free(&model);
 }

@@ -13,13 +13,17 @@ int cmd_rm(int argc, char **argv) {
     TrainerCli c = trainer_cli_defaults(1e-5, 0.05, 0.1, 2); // learning rate, warmup ratio, weight decay, data phase
     char *model_path = NULL, *output = NULL, *loss_name = "pairwise";
     double margin = 0.0;
+    bool padding_free = false;
     Option options[64] = {
         {"model", "model_name_or_path", OPT_STRING, &model_path, "the SFT model (its body gets a value head)", true, false},
         {"output", "output_dir", OPT_STRING, &output, "run folder (metrics, checkpoints, final model in final/)", true, false},
         {"loss", NULL, OPT_STRING, &loss_name, "pairwise|margin|dschat|listwise", false, false},
         {"margin", NULL, OPT_FLOAT, &margin, "margin for --loss margin", false, false},
+        {"padding-free", "padding_free", OPT_BOOL, &padding_free,
+         "run each micro-batch's responses side by side in one row, each attending to itself only (TRL's "
+         "padding_free): the same scores, no padding computed", false, false},
     };
-    int count = 4 + trainer_cli_options(&c, options + 4);
+    int count = 5 + trainer_cli_options(&c, options + 5);
     CHECK(count <= (int)(sizeof options / sizeof options[0]), "option table too small");
     OptionSet set = {"rm", "Train a reward model: the model's body plus a value head scored at the last token.",
                      "marlhf rm --model SFT_MODEL --data PAIRS.jsonl --output RUN_DIR [options]", options, count, NULL, 0, 0};
@@ -27,6 +31,9 @@ int cmd_rm(int argc, char **argv) {
     RmLossKind loss;
     if (rm_loss_from_name(loss_name, &loss) != 0)
         die_user("option --loss must be pairwise, margin, dschat or listwise, got '%s'", loss_name);
+    if (padding_free && loss == RM_LOSS_DSCHAT)
+        die_user("--padding-free leaves the padding out and --loss dschat reads its span on rows padded to "
+                 "--max-seq-len: give one (--padding-free)");
     trainer_cli_finish(&c, output);
     cli_set_batch_invariant(&set, c.device);
 
@@ -46,6 +53,7 @@ int cmd_rm(int argc, char **argv) {
     if (rm_task_init(&task, tokenizer, K, prompts, responses, NULL, train.count, eval_prompts, eval_responses, NULL,
                      eval.count, (int)c.max_seq_len, loss, (float)margin) != 0)
         die_from_err();
+    task.padding_free = padding_free;
     if (!c.quiet)
         fprintf(stderr, "rm: %ld training examples of %d responses, %ld eval examples, loss %s\n", task.train_count, K,
                 task.eval_count, loss_name);
@@ -54,6 +62,7 @@ int cmd_rm(int argc, char **argv) {
     const ModelLoadOptions load = {.with_lm_head = false, .with_value_head = true, .seed = (uint64_t)c.seed,
                                    .keep_range = trainer_cli_keep_range(&c)};
     trainer_cli_load_model(&c, model_path, &load, true, &model);
+    model.packed_rows_only = padding_free; // its batches run in one row (train/rm.c)
     TrainTask train_task = rm_train_task(&task);
     if (train_run(&train_task, &model, tokenizer, &c.train) != 0) die_from_err();
     if (!c.quiet) fprintf(stderr, "rm: final reward model in %s/final\n", output);

@@ -84,31 +84,80 @@ typedef struct {
     double loss, correct, chosen_sum, rejected_sum, tokens;
 } RmStats;
 
+// Rows of token ids as the model takes them: `count` rows padded with pad_id to the longest
+// (or to pad_to when larger), or -- on a padding-free model (Model.packed_rows_only) -- one
+// row of them side by side, each a segment attending to itself only. end[b]: the slot of row
+// b's last token, where its score is read.
+typedef struct {
+    ModelBatch input;
+    int *tokens, *row_len;
+    ModelSegment *segments;
+    long *end;
+    long slots; // of the whole batch (the values' length)
+} RmRows;
+
+static void rm_rows_build(const Model *model, int *const *ids, const int *lengths, int count, int pad_to, int pad_id,
+                          RmRows *rows) {
+    memset(rows, 0, sizeof *rows);
+    rows->end = xmalloc((size_t)count * sizeof(long));
+    if (model->packed_rows_only) {
+        CHECK(pad_to == 0, "padded reward-model rows on a padding-free model");
+        for (int b = 0; b < count; b++) rows->slots += lengths[b];
+        rows->tokens = xmalloc((size_t)rows->slots * sizeof(int));
+        rows->row_len = xmalloc(sizeof(int));
+        rows->segments = xmalloc((size_t)count * sizeof(ModelSegment));
+        long at = 0;
+        for (int b = 0; b < count; b++) {
+            memcpy(rows->tokens + at, ids[b], (size_t)lengths[b] * sizeof(int));
+            rows->segments[b] = (ModelSegment){0, (int)at, lengths[b]};
+            at += lengths[b];
+            rows->end[b] = at - 1;
+        }
+        rows->row_len[0] = (int)rows->slots;
+        rows->input = (ModelBatch){.B = 1, .T = (int)rows->slots, .tokens = rows->tokens, .row_len = rows->row_len,
+                                   .segments = rows->segments, .segment_count = count};
+        return;
+    }
+    int T = pad_to;
+    for (int b = 0; b < count; b++)
+        if (lengths[b] > T) T = lengths[b];
+    rows->slots = (long)count * T;
+    rows->tokens = xmalloc((size_t)rows->slots * sizeof(int));
+    rows->row_len = xmalloc((size_t)count * sizeof(int));
+    for (int b = 0; b < count; b++) {
+        for (int t = 0; t < T; t++) rows->tokens[(long)b * T + t] = t < lengths[b] ? ids[b][t] : pad_id;
+        rows->row_len[b] = lengths[b];
+        rows->end[b] = (long)b * T + lengths[b] - 1;
+    }
+    rows->input = (ModelBatch){.B = count, .T = T, .tokens = rows->tokens, .row_len = rows->row_len};
+}
+
+static void rm_rows_free(RmRows *rows) {
+    free(rows->tokens), free(rows->row_len), free(rows->segments), free(rows->end);
+    memset(rows, 0, sizeof *rows);
+}
+
 // One forward over the K rows of each example, the loss, and (if train) the backward.
 static void rm_forward(RmTask *task, Model *model, const TokenizedExamples *examples, const float *margins,
                        const long *which, int count, double scale, bool train, RmStats *stats) {
     const int K = task->K, B = count * K;
-    int T = 0;
-    for (int e = 0; e < count; e++)
-        for (int k = 0; k < K; k++)
-            if (examples->lengths[which[e] * K + k] > T) T = examples->lengths[which[e] * K + k];
-    if (task->loss == RM_LOSS_DSCHAT) T = task->max_seq_len; // its span is defined on padded rows
-    long N = (long)B * T;
-    int *tokens = xmalloc(N * sizeof(int)), *row_len = xmalloc(B * sizeof(int));
+    int **ids = xmalloc((size_t)B * sizeof(int *)), *lengths = xmalloc((size_t)B * sizeof(int));
     for (int e = 0; e < count; e++)
         for (int k = 0; k < K; k++) {
-            long r = which[e] * K + k;
-            int b = e * K + k;
-            for (int t = 0; t < T; t++) tokens[(long)b * T + t] = t < examples->lengths[r] ? examples->ids[r][t] : task->pad_id;
-            row_len[b] = examples->lengths[r];
-            stats->tokens += row_len[b];
+            ids[e * K + k] = examples->ids[which[e] * K + k];
+            lengths[e * K + k] = examples->lengths[which[e] * K + k];
+            stats->tokens += lengths[e * K + k];
         }
-    ModelBatch input = {.B = B, .T = T, .tokens = tokens, .row_len = row_len};
-    model_forward(model, &input);
-    float *values = xmalloc(N * sizeof(float)), *dvalue = xcalloc(N, sizeof(float));
+    RmRows rows;
+    // DeepSpeed-Chat's span is defined on rows padded to max_seq_len.
+    rm_rows_build(model, ids, lengths, B, task->loss == RM_LOSS_DSCHAT ? task->max_seq_len : 0, task->pad_id, &rows);
+    const int T = rows.input.T; // (the dschat loss's padded rows)
+    const int *tokens = rows.tokens;
+    model_forward(model, &rows.input);
+    float *values = xmalloc((size_t)rows.slots * sizeof(float)), *dvalue = xcalloc((size_t)rows.slots, sizeof(float));
     model_values(model, values);
     float *scores = xmalloc(B * sizeof(float)), *dscores = xcalloc(B, sizeof(float));
-    for (int b = 0; b < B; b++) scores[b] = values[(long)b * T + row_len[b] - 1];
+    for (int b = 0; b < B; b++) scores[b] = values[rows.end[b]];
     for (int e = 0; e < count; e++) {
         const float *s = scores + e * K;
         float *ds = dscores + e * K;
@@ -140,10 +189,11 @@ static void rm_forward(RmTask *task, Model *model, const TokenizedExamples *exam
         for (int k = 1; k < K; k++) stats->rejected_sum += s[k] / (K - 1);
     }
     if (train) {
-        for (int b = 0; b < B; b++) dvalue[(long)b * T + row_len[b] - 1] += dscores[b];
+        for (int b = 0; b < B; b++) dvalue[rows.end[b]] += dscores[b];
         model_backward(model, NULL, NULL, dvalue);
     }
-    free(tokens), free(row_len), free(values), free(dvalue), free(scores), free(dscores);
+    rm_rows_free(&rows);
+    free(ids), free(lengths), free(values), free(dvalue), free(scores), free(dscores);
 }
 
 static double rm_weight(void *context, const long *examples, int count) { return count; }
@@ -237,8 +287,25 @@ static int rm_example_length(void *context, long example) {
     return longest;
 }
 
+// The most tokens `examples` examples of `task` hold together (their K rows in one row).
+static int rm_longest_one_row(const RmTask *task, const TokenizedExamples *rows, long count, long examples) {
+    int *sums = xcalloc((size_t)(count > 0 ? count : 1), sizeof(int));
+    for (long i = 0; i < count; i++)
+        for (int k = 0; k < task->K; k++) sums[i] += rows->lengths[i * task->K + k];
+    const int longest = longest_one_row(sums, count, examples);
+    free(sums);
+    return longest;
+}
+
 static void rm_largest_batch(void *context, long micro_batch, int *rows, int *length) {
     const RmTask *task = context;
+    if (task->padding_free) { // one row of a micro-batch's (or an evaluation chunk's) rows
+        const int train = rm_longest_one_row(task, &task->train, task->train_count, micro_batch);
+        const int eval = rm_longest_one_row(task, &task->eval, task->eval_count, 4);
+        *rows = 1;
+        *length = train > eval ? train : eval;
+        return;
+    }
     const int train_rows = task->K * batch_rows(micro_batch, task->train_count);
     const int eval_rows = task->K * batch_rows(4, task->eval_count);
     *rows = train_rows > eval_rows ? train_rows : eval_rows;
@@ -265,21 +332,14 @@ TrainTask rm_train_task(RmTask *task) {
 void rm_score_rows(Model *model, int *const *rows, const int *lengths, long count, float *scores) {
     const int chunk = 8;
     for (long first = 0; first < count; first += chunk) {
-        int B = count - first < chunk ? (int)(count - first) : chunk;
-        int T = 0;
-        for (int b = 0; b < B; b++)
-            if (lengths[first + b] > T) T = lengths[first + b];
-        long N = (long)B * T;
-        int *tokens = xcalloc(N, sizeof(int)), *row_len = xmalloc(B * sizeof(int));
-        for (int b = 0; b < B; b++) {
-            row_len[b] = lengths[first + b];
-            memcpy(tokens + (long)b * T, rows[first + b], row_len[b] * sizeof(int));
-        }
-        ModelBatch input = {.B = B, .T = T, .tokens = tokens, .row_len = row_len};
-        model_forward(model, &input);
-        float *values = xmalloc(N * sizeof(float));
+        const int B = count - first < chunk ? (int)(count - first) : chunk;
+        RmRows batch;
+        rm_rows_build(model, rows + first, lengths + first, B, 0, 0, &batch);
+        model_forward(model, &batch.input);
+        float *values = xmalloc((size_t)batch.slots * sizeof(float));
         model_values(model, values);
-        for (int b = 0; b < B; b++) scores[first + b] = values[(long)b * T + row_len[b] - 1];
-        free(tokens), free(row_len), free(values);
+        for (int b = 0; b < B; b++) scores[first + b] = values[batch.end[b]];
+        free(values);
+        rm_rows_free(&batch);
     }
 }

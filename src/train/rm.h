@@ -25,6 +25,10 @@ typedef struct {
     int pad_id;
     RmLossKind loss;
     float margin;
+    // --padding-free: each micro-batch's (and evaluation chunk's) rows run side by side in one
+    // row, each attending to itself only -- the scores of one response a row without the
+    // padding. The command makes the trained model packed_rows_only then (model.h).
+    bool padding_free;
 } RmTask;
 
 // responses[i*K + k]: response k of example i, best first (K = 2: chosen, rejected).

@@ -388,8 +388,7 @@ static int sft_example_length(void *context, long example) {
     return task->train.lengths[example];
 }
 
-// The sum of the `k` largest of `count` lengths: the longest row of `k` of them side by side.
-static int largest_sum(const int *lengths, long count, long k) {
+int longest_one_row(const int *lengths, long count, long k) {
     int *sorted = xmalloc((size_t)(count > 0 ? count : 1) * sizeof(int));
     memcpy(sorted, lengths, (size_t)count * sizeof(int));
     long sum = 0;
@@ -408,8 +407,8 @@ static int largest_sum(const int *lengths, long count, long k) {
 static void sft_largest_batch(void *context, long micro_batch, int *rows, int *length) {
     const SftTask *task = context;
     if (task->padding_free) { // one row of a micro-batch's (or an evaluation chunk's) examples
-        const int train = largest_sum(task->train.lengths, task->train.count, micro_batch);
-        const int eval = largest_sum(task->eval.lengths, task->eval.count, 8);
+        const int train = longest_one_row(task->train.lengths, task->train.count, micro_batch);
+        const int eval = longest_one_row(task->eval.lengths, task->eval.count, 8);
         *rows = 1;
         *length = train > eval ? train : eval;
         return;

@@ -112,6 +112,8 @@ void tokenize_turns(const Tokenizer *tokenizer, const char *const *turns, int tu
 void tokenized_examples_free(TokenizedExamples *examples);
 // The largest of `count` lengths (0 when there are none), and the longest row of `examples`.
 int longest_length(const int *lengths, long count);
+// The sum of the `k` largest of `count` lengths: the longest row of `k` of them side by side.
+int longest_one_row(const int *lengths, long count, long k);
 int tokenized_longest(const TokenizedExamples *examples);
 // The most rows of a batch of at most `batch` of `count` items (min(batch, count)).
 int batch_rows(long batch, long count);

@@ -144,7 +144,7 @@ expect_error padding_free_garbage "--padding-free expects true or false" "$bin" 
 expect_error eval_packing_garbage "--eval-packing expects true or false" "$bin" sft \
     --model tests/fixtures/models/tiny_chat --data tests/fixtures/train/sft.jsonl --packing --eval-packing=maybe \
     --output "$tmp/packing_garbage"
-for command in dpo kto; do
+for command in dpo kto rm; do
     expect_error "${command}_padding_free_garbage" "--padding-free expects true or false" "$bin" "$command" \
         --model tests/fixtures/models/tiny_chat --data tests/fixtures/train/pairs.jsonl --padding-free=2 \
         --output "$tmp/packing_garbage"
