@@ -36,6 +36,24 @@ static bool step_keeps_activations(TrainTask *train, Model *model, const long *w
     return model->acts.residual == residual && model->acts.capacity_B == rows && model->acts.capacity_T == length;
 }
 
+// A padding-free task on a packed_rows_only model reserved for one row of `length` slots:
+// every pair of its first `count` examples as a micro-batch (one example when both are the
+// same), then its evaluation. Whether the activations stayed as reserved, and no layer kept
+// attention state.
+static bool one_row_runs_keep_activations(TrainTask *train, Model *model, long count, int length) {
+    model_reserve(model, 1, length);
+    const float *residual = model->acts.residual;
+    bool kept = model->acts.layers[0].attention_saved == NULL;
+    for (long a = 0; a < count; a++)
+        for (long b = 0; b < count; b++) {
+            const long which[2] = {a, b};
+            kept &= step_keeps_activations(train, model, which, a == b ? 1 : 2, 1, length, residual);
+        }
+    EvalResult result;
+    train->evaluate(train->context, model, &result);
+    return kept && model->acts.residual == residual && model->acts.capacity_B == 1 && model->acts.capacity_T == length;
+}
+
 static void test_sft_largest_batch(void) {
     Model model;
     Tokenizer *tokenizer;
@@ -101,19 +119,9 @@ static void test_sft_largest_batch(void) {
     const int want_length = first + second > eval_both ? first + second : eval_both;
     EXPECT(rows == 1 && length == want_length, "padding-free: largest batch %d rows of %d tokens, want 1 of %d", rows,
            length, want_length);
-    model_reserve(&model, rows, length);
-    const float *residual = model.acts.residual;
-    bool kept = model.acts.layers[0].attention_saved == NULL;
-    for (long a = 0; a < 5; a++)
-        for (long b = 0; b < 5; b++) {
-            const long which[2] = {a, b};
-            kept &= step_keeps_activations(&train, &model, which, a == b ? 1 : 2, 1, want_length, residual);
-        }
-    EvalResult result;
-    train.evaluate(train.context, &model, &result);
-    kept &= model.acts.residual == residual && model.acts.capacity_B == 1 && model.acts.capacity_T == want_length;
-    EXPECT(kept, "padding-free: a micro-batch or the evaluation made the activations again (%d x %d), or a layer kept "
-                 "attention state", model.acts.capacity_B, model.acts.capacity_T);
+    EXPECT(one_row_runs_keep_activations(&train, &model, 5, want_length),
+           "padding-free: a micro-batch or the evaluation made the activations again (%d x %d), or a layer kept "
+           "attention state", model.acts.capacity_B, model.acts.capacity_T);
     model_release_activations(&model);
     sft_task_free(&task);
     tokenizer_free(tokenizer);
@@ -178,19 +186,9 @@ static void test_rm_largest_batch(void) {
     }
     EXPECT(rows == 1 && length == first + second, "padding-free: largest batch %d rows of %d tokens, want 1 of %d", rows,
            length, first + second);
-    model_reserve(&model, rows, length);
-    const float *residual = model.acts.residual;
-    bool kept = model.acts.layers[0].attention_saved == NULL;
-    for (long a = 0; a < 3; a++)
-        for (long b = 0; b < 3; b++) {
-            const long which[2] = {a, b};
-            kept &= step_keeps_activations(&train, &model, which, a == b ? 1 : 2, 1, first + second, residual);
-        }
-    EvalResult result;
-    train.evaluate(train.context, &model, &result);
-    kept &= model.acts.residual == residual && model.acts.capacity_B == 1 && model.acts.capacity_T == first + second;
-    EXPECT(kept, "padding-free: a micro-batch or the evaluation made the activations again (%d x %d), or a layer kept "
-                 "attention state", model.acts.capacity_B, model.acts.capacity_T);
+    EXPECT(one_row_runs_keep_activations(&train, &model, 3, first + second),
+           "padding-free: a micro-batch or the evaluation made the activations again (%d x %d), or a layer kept "
+           "attention state", model.acts.capacity_B, model.acts.capacity_T);
     model_release_activations(&model);
     rm_task_free(&task);
     tokenizer_free(tokenizer);

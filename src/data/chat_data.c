@@ -267,21 +267,30 @@ static int render_turns(const ChatTemplate *shared, const Dataset *d, DataRecord
     return 0;
 }
 
-int dataset_render_turns(Dataset *dataset, const Tokenizer *tok, const char *model_path, const char *option) {
+// A pass over a conversational dataset's rows after dataset_render_chat (turns, whole
+// conversations): `render` on each row, with template t or the model's.
+typedef int (*RowPass)(const ChatTemplate *t, const Dataset *d, DataRecord *r);
+
+static int each_row_with(Dataset *dataset, const ChatTemplate *t, RowPass render) {
+    for (long i = 0; i < dataset->count; i++)
+        if (dataset->records[i].conversation && render(t, dataset, &dataset->records[i]) != 0) return -1;
+    return 0;
+}
+
+static int each_row(Dataset *dataset, const Tokenizer *tok, const char *model_path, const char *option, RowPass render) {
     if (!dataset->conversational || dataset->count == 0) return 0;
     ChatTemplate t;
     if (chat_template_for_model(&t, tok, model_path, option) != 0) return -1;
-    int rc = 0;
-    for (long i = 0; i < dataset->count && rc == 0; i++) rc = render_turns(&t, dataset, &dataset->records[i]);
+    const int rc = each_row_with(dataset, &t, render);
     chat_template_free(&t);
     return rc;
 }
 
-int dataset_render_turns_with(Dataset *dataset, const ChatTemplate *t) {
-    for (long i = 0; i < dataset->count; i++)
-        if (dataset->records[i].conversation && render_turns(t, dataset, &dataset->records[i]) != 0) return -1;
-    return 0;
+int dataset_render_turns(Dataset *dataset, const Tokenizer *tok, const char *model_path, const char *option) {
+    return each_row(dataset, tok, model_path, option, render_turns);
 }
+
+int dataset_render_turns_with(Dataset *dataset, const ChatTemplate *t) { return each_row_with(dataset, t, render_turns); }
 
 // The chosen text of a {"messages"} row whose last message is not its last assistant message,
 // extended through the messages after it: the whole conversation rendered (no generation
@@ -327,18 +336,11 @@ static int render_through_end(const ChatTemplate *shared, const Dataset *d, Data
 
 int dataset_render_whole_conversations(Dataset *dataset, const Tokenizer *tok, const char *model_path,
                                        const char *option) {
-    if (!dataset->conversational || dataset->count == 0) return 0;
-    ChatTemplate t;
-    if (chat_template_for_model(&t, tok, model_path, option) != 0) return -1;
-    const int rc = dataset_render_whole_conversations_with(dataset, &t);
-    chat_template_free(&t);
-    return rc;
+    return each_row(dataset, tok, model_path, option, render_through_end);
 }
 
 int dataset_render_whole_conversations_with(Dataset *dataset, const ChatTemplate *t) {
-    for (long i = 0; i < dataset->count; i++)
-        if (dataset->records[i].conversation && render_through_end(t, dataset, &dataset->records[i]) != 0) return -1;
-    return 0;
+    return each_row_with(dataset, t, render_through_end);
 }
 
 int dataset_render_chat(Dataset *dataset, Tokenizer *tok, const char *model_path, const char *option) {
