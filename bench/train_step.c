@@ -127,13 +127,13 @@ static void run(const char *name, const OpsBackend *ops, int B, int T, int steps
     double forward_s = 0, backward_s = 0, optimizer_s = 0, loss_first = 0, loss_last = 0;
     for (int step = -1; step < steps; step++) { // step -1 warms up
         double t0 = now_seconds();
-        lora_dropout_begin(&model, 5, 0, (uint64_t)(step + 1)); // a training pass, as train/loop.c makes it
+        model_training_pass_begin(&model, 5, 0, (uint64_t)(step + 1)); // a training pass, as train/loop.c makes it
         model_forward(&model, &batch);
         model_logprobs(&model, targets, logp, NULL, NULL);
         double t1 = now_seconds();
         model_zero_grad(&model);
         model_backward(&model, dlogp, NULL, NULL);
-        lora_dropout_end(&model);
+        model_training_pass_end(&model);
         ops->synchronize();
         double t2 = now_seconds();
         const float clip = max_grad_norm > 0 ? grad_clip_coefficient(grad_global_norm(&model), (float)max_grad_norm) : 1.0f;

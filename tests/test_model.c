@@ -22,6 +22,7 @@
 #include <stdint.h>
 
 #include "core/check.h"
+#include "core/rng.h"
 #include "io/fs.h"
 #include "io/gguf.h"
 #include "io/gguf_dequant.h"
@@ -853,7 +854,7 @@ static void test_lora_selection_against_peft(void) {
 // make_dropout: seed 1234, epoch 2, micro-batch 5, the first pass). The adapter is PEFT's
 // folder with lora_dropout 0.25, read as --lora-adapter reads it. Then: the same masks
 // under gradient checkpointing (bit-identical gradients); a second pass of the micro-batch
-// draws other masks; after lora_dropout_end the model is the no-dropout model bit for bit.
+// draws other masks; after model_training_pass_end the model is the no-dropout model bit for bit.
 static void test_lora_dropout_against_peft(void) {
     Fixture f;
     fixture_open(&f, "llama");
@@ -867,32 +868,89 @@ static void test_lora_dropout_against_peft(void) {
     recomputed.recompute = true;
     model_enable_grad(&model), model_enable_grad(&recomputed), model_enable_grad(&plain);
 
-    lora_dropout_begin(&model, 1234, 2, 5);
+    model_training_pass_begin(&model, 1234, 2, 5);
     compare_with_peft_reference(&model, &f, dir, "llama lora_dropout 0.25");
-    lora_dropout_end(&model);
+    model_training_pass_end(&model);
 
     const long N = (long)f.B * f.T;
     float *dlogp = xmalloc(N * sizeof(float));
-    lora_dropout_begin(&recomputed, 1234, 2, 5);
+    model_training_pass_begin(&recomputed, 1234, 2, 5);
     run_gradients(&recomputed, &f, dlogp);
     EXPECT(memcmp(model.grads, recomputed.grads, (size_t)model_trainable_floats(&model) * sizeof(float)) == 0,
            "gradient checkpointing changed the adapter gradients under dropout");
     float *first = xmalloc(N * sizeof(float)), *second = xmalloc(N * sizeof(float));
     logprobs_of(&recomputed, &f, second); // the micro-batch's second pass
-    lora_dropout_end(&recomputed);
-    lora_dropout_begin(&model, 1234, 2, 5);
+    model_training_pass_end(&recomputed);
+    model_training_pass_begin(&model, 1234, 2, 5);
     logprobs_of(&model, &f, first);
-    lora_dropout_end(&model);
+    model_training_pass_end(&model);
     EXPECT(test_max_abs_diff(first, second, N) > 1e-4, "a second pass drew the first pass's masks");
 
     float *without = xmalloc(N * sizeof(float)), *never = xmalloc(N * sizeof(float));
     logprobs_of(&model, &f, without);
     plain.lora.dropout = 0;
     logprobs_of(&plain, &f, never);
-    EXPECT(!memcmp(without, never, (size_t)N * sizeof(float)), "a pass after lora_dropout_end still dropped inputs");
+    EXPECT(!memcmp(without, never, (size_t)N * sizeof(float)), "a pass after model_training_pass_end still dropped inputs");
     free(dlogp), free(first), free(second), free(without), free(never);
     model_free(&model), model_free(&recomputed), model_free(&plain);
     fixture_close(&f);
+}
+
+// NEFTune (model.h neftune_noise_alpha): in a training pass the embedding output -- the
+// residual stream's first slice -- is the noiseless one plus uniform_noise_add's noise of
+// magnitude alpha / sqrt(T * hidden), keyed by the pass (seed, the micro-batch's place, the
+// pass's first forward); outside a pass, and on a model without gradients, there is none;
+// under gradient checkpointing the gradients are the stored activations' bit for bit (the
+// noise is drawn once a forward, never again in the backward). GPT-2 (learned positions
+// added after the noise) and Gemma (its embeddings scaled before it).
+static void test_neftune_noise(void) {
+    const char *names[] = {"gpt2", "gemma"};
+    for (int k = 0; k < 2; k++) {
+        Fixture f;
+        fixture_open(&f, names[k]);
+        Model model, recomputed, inference;
+        load_model(&model, &f, false), load_model(&recomputed, &f, false), load_model(&inference, &f, false);
+        model_enable_grad(&model), model_enable_grad(&recomputed);
+        recomputed.recompute = true;
+        model.neftune_noise_alpha = recomputed.neftune_noise_alpha = inference.neftune_noise_alpha = 5;
+        const long N = (long)f.B * f.T, C = model.config.hidden_size;
+        float *logp_clean = xmalloc(N * sizeof(float)), *logp_noisy = xmalloc(N * sizeof(float));
+        float *clean = xmalloc(N * C * sizeof(float)), *noisy = xmalloc(N * C * sizeof(float));
+        logprobs_of(&model, &f, logp_clean);
+        memcpy(clean, model.acts.residual, (size_t)(N * C) * sizeof(float));
+        model_training_pass_begin(&model, 1234, 3, 7);
+        logprobs_of(&model, &f, logp_noisy);
+        memcpy(noisy, model.acts.residual, (size_t)(N * C) * sizeof(float));
+        model_training_pass_end(&model);
+        const uint64_t stream = rng_stream("neftune", rng_stream("lora_dropout_micro_batch", 3, 7), 1);
+        ops_cpu.uniform_noise_add(clean, N * C, (float)(5 / sqrt((double)f.T * (double)C)), 1234, stream);
+        EXPECT(!memcmp(noisy, clean, (size_t)(N * C) * sizeof(float)),
+               "%s: the embeddings are not the noiseless ones plus the pass's noise", names[k]);
+        EXPECT(test_max_abs_diff(logp_clean, logp_noisy, N) > 1e-6, "%s: the noise changed no log-prob", names[k]);
+        float *after = xmalloc(N * sizeof(float));
+        logprobs_of(&model, &f, after);
+        EXPECT(!memcmp(after, logp_clean, (size_t)N * sizeof(float)), "%s: noise outside a training pass", names[k]);
+
+        float *dlogp = xmalloc(N * sizeof(float));
+        model_training_pass_begin(&model, 1234, 3, 7);
+        run_gradients(&model, &f, dlogp);
+        model_training_pass_end(&model);
+        model_training_pass_begin(&recomputed, 1234, 3, 7);
+        run_gradients(&recomputed, &f, dlogp);
+        model_training_pass_end(&recomputed);
+        EXPECT(!memcmp(model.grads, recomputed.grads, (size_t)model_trainable_floats(&model) * sizeof(float)),
+               "%s: gradient checkpointing changed the gradients under NEFTune", names[k]);
+
+        logprobs_of(&inference, &f, logp_clean);
+        model_training_pass_begin(&inference, 1234, 3, 7);
+        logprobs_of(&inference, &f, logp_noisy);
+        model_training_pass_end(&inference);
+        EXPECT(!memcmp(logp_clean, logp_noisy, (size_t)N * sizeof(float)), "%s: noise on a model without gradients",
+               names[k]);
+        free(logp_clean), free(logp_noisy), free(clean), free(noisy), free(after), free(dlogp);
+        model_free(&model), model_free(&recomputed), model_free(&inference);
+        fixture_close(&f);
+    }
 }
 
 // DoRA against PEFT (tools/make_lora_fixtures.py make_dora: random A, B and magnitudes on
@@ -928,9 +986,9 @@ static void test_dora_against_peft(void) {
     EXPECT(dropped.lora.dora && dropped.lora.dropout == 0.25, "DoRA dropout adapter read as dora %d, dropout %g",
            (int)dropped.lora.dora, dropped.lora.dropout);
     model_enable_grad(&dropped);
-    lora_dropout_begin(&dropped, 1234, 2, 5);
+    model_training_pass_begin(&dropped, 1234, 2, 5);
     compare_with_peft_reference(&dropped, &f, "tests/fixtures/models/llama/dora_dropout", "llama DoRA lora_dropout 0.25");
-    lora_dropout_end(&dropped);
+    model_training_pass_end(&dropped);
 
     Model plain = lora_model(&f, 4, 8.0f);
     EXPECT(lora_read_adapter(&plain, "tests/fixtures/models/llama/dora") != 0 && strstr(err_msg(), "DoRA"),
@@ -1409,6 +1467,7 @@ int main(void) {
     RUN(test_lora_patterns_against_peft);
     RUN(test_lora_selection_against_peft);
     RUN(test_lora_dropout_against_peft);
+    RUN(test_neftune_noise);
     RUN(test_lora_frozen_base_and_merge);
     RUN(test_lora_recompute_is_exact);
     RUN(test_dora_against_peft);

@@ -1181,6 +1181,42 @@ static void test_dropout(void) {
     free(inp), free(out), free(again), free(other), free(dout), free(dinp), free(dinp_before), free(dropped_dout);
 }
 
+// Uniform noise (NEFTune's): element i gets the documented value (word i % 4 of Philox block
+// i / 4: its top 24 bits less 2^23, times magnitude / 2^23), within [-magnitude, magnitude);
+// mean and variance within four standard deviations of a uniform's (0, magnitude^2 / 3); the
+// same noise for the same key, independent noise for another stream.
+static void test_uniform_noise_add(void) {
+    const long n = (1L << 20) + 3; // a partial last block
+    const float magnitude = 0.03f;
+    const uint64_t seed = 1234, stream = 91;
+    float *x = random_floats(n, -1, 1), *out = xmalloc((size_t)n * sizeof(float));
+    float *again = xmalloc((size_t)n * sizeof(float)), *other = xmalloc((size_t)n * sizeof(float));
+    memcpy(out, x, (size_t)n * sizeof(float)), memcpy(again, x, (size_t)n * sizeof(float));
+    memcpy(other, x, (size_t)n * sizeof(float));
+    ops_cpu.uniform_noise_add(out, n, magnitude, seed, stream);
+    ops_cpu.uniform_noise_add(again, n, magnitude, seed, stream);
+    ops_cpu.uniform_noise_add(other, n, magnitude, seed, stream + 1);
+    long wrong = 0, outside = 0;
+    double sum = 0, sum_squares = 0, product = 0;
+    for (long i = 0; i < n; i++) {
+        const uint32_t word = philox4x32(seed, stream, (uint64_t)(i / 4)).v[i % 4];
+        const float noise = (float)((int32_t)(word >> 8) - (1 << 23)) * (magnitude / 8388608.0f);
+        wrong += out[i] != x[i] + noise;
+        outside += !(noise >= -magnitude && noise < magnitude);
+        sum += noise, sum_squares += (double)noise * noise;
+        product += (double)noise * (other[i] - x[i]);
+    }
+    EXPECT(wrong == 0, "%ld elements off the documented noise", wrong);
+    EXPECT(outside == 0, "%ld noise values outside [-magnitude, magnitude)", outside);
+    EXPECT(!memcmp(out, again, (size_t)n * sizeof(float)), "the same key gave other noise");
+    const double variance = (double)magnitude * magnitude / 3; // a uniform on [-m, m)
+    EXPECT_CLOSE(sum / n, 0.0, 4 * sqrt(variance / n), 0, "mean of the noise");
+    // The variance of a squared uniform is 4 m^4 / 45.
+    EXPECT_CLOSE(sum_squares / n, variance, 4 * sqrt(4.0 * pow(magnitude, 4) / 45 / n), 0, "variance of the noise");
+    EXPECT_CLOSE(product / n, 0.0, 4 * variance / sqrt((double)n), 0, "two streams' noise is uncorrelated");
+    free(x), free(out), free(again), free(other);
+}
+
 #if defined(__SANITIZE_ADDRESS__)
 // The sanitizer build does not check the few-row matmul's loads one by one
 // (core/sanitizer.h): it checks the ranges it reads before the loop. A weight buffer one
@@ -1273,6 +1309,7 @@ int main(int argc, char **argv) {
     RUN(test_value_head);
     RUN(test_adamw_update);
     RUN(test_dropout);
+    RUN(test_uniform_noise_add);
     RUN(test_vector_math);
     TEST_EXIT();
 }

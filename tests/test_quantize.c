@@ -746,7 +746,7 @@ static const int qlora_row_len[QB] = {QT, QT - 6};
 // LoRA (or DoRA: QDoRA) over a base quantized to `type` against the same adapters over the
 // float32 base holding its dequantized values (and over the original floats, which the
 // quantization must move by far more than the tolerance); with lora_dropout the masks are
-// drawn (lora_dropout_begin), so DoRA's base product on the dropped input and its input
+// drawn (model_training_pass_begin), so DoRA's base product on the dropped input and its input
 // gradient go through the quantized weight as well.
 static void check_qlora_against_float(const char *type, bool dora, double dropout) {
     const char *path = "tests/fixtures/models/llama";
@@ -777,14 +777,14 @@ static void check_qlora_against_float(const char *type, bool dora, double dropou
         float *grads[3];
         for (int m = 0; m < 3; m++) {
             grads[m] = xmalloc((size_t)G * sizeof(float));
-            lora_dropout_begin(models[m], 77, 0, 0); // nothing without lora_dropout
+            model_training_pass_begin(models[m], 77, 0, 0); // nothing without lora_dropout
             qlora_step(models[m], QB, QT, qlora_row_len, logp[m], grads[m]);
         }
         // Gradient checkpointing recomputes each quantized layer to the same bits.
         float recomputed_logp[QB * QT];
         float *recomputed = xmalloc((size_t)G * sizeof(float));
         quantized.recompute = true;
-        lora_dropout_begin(&quantized, 77, 0, 0); // the same masks again
+        model_training_pass_begin(&quantized, 77, 0, 0); // the same masks again
         qlora_step(&quantized, QB, QT, qlora_row_len, recomputed_logp, recomputed);
         EXPECT(!quantized.acts.keep_all_layers, "%s: the layers' activations were kept, not recomputed", label);
         quantized.recompute = false;
@@ -827,7 +827,7 @@ static void check_qlora_against_float(const char *type, bool dora, double dropou
         load(&merged, dir);
         float merged_logp[QB * QT], adapted_logp[QB * QT];
         qlora_step(&merged, QB, QT, qlora_row_len, merged_logp, NULL);
-        lora_dropout_end(&quantized); // the merged model is the adapted one without dropout
+        model_training_pass_end(&quantized); // the merged model is the adapted one without dropout
         qlora_step(&quantized, QB, QT, qlora_row_len, adapted_logp, NULL);
         const double merged_error = test_max_abs_diff(merged_logp, adapted_logp, QB * QT);
         EXPECT(merged_error <= 2e-5, "%s: the merged model's log-probs %.3g from the adapted model's", label,

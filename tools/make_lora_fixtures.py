@@ -31,7 +31,7 @@ Last, LoRA dropout into llama/lora_dropout/: llama's adapter saved again with
 lora_dropout = 0.25, and the same reference tensors with PEFT's dropout modules (in
 training mode PEFT computes lora_B(lora_A(dropout(x)))) replaced by marlhf's masks: those
 of the first training pass of micro-batch DROPOUT_MICRO_BATCH of epoch DROPOUT_EPOCH with
-seed DROPOUT_SEED (src/model/lora.c lora_dropout_begin and dropout_stream, drawn as
+seed DROPOUT_SEED (src/model/transformer.c model_training_pass_begin, src/model/lora.c dropout_stream, drawn as
 src/ops/cpu/dropout.c draws them). Philox and rng_stream are written again below from
 their definitions (src/core/philox.h, src/core/rng.c) and checked on Philox's known
 answers, so the fixture holds PEFT's arithmetic on masks marlhf's C code has to reproduce.

@@ -602,9 +602,9 @@ static int optimizer_step(marlhf_trainer *trainer, const TrainTask *train, long 
         for (int i = 0; i < micro; i++) which[i] = first + i;
         MicroStepResult result = {0};
         // LoRA dropout's masks: the trainer's steps are the command's epochs (train/loop.c).
-        lora_dropout_begin(model, trainer->seed, (uint64_t)trainer->step, (uint64_t)(first / trainer->micro_batch));
+        model_training_pass_begin(model, trainer->seed, (uint64_t)trainer->step, (uint64_t)(first / trainer->micro_batch));
         train->micro_step(train->context, model, which, micro, 1.0 / (double)n, &result);
-        lora_dropout_end(model);
+        model_training_pass_end(model);
         *loss += result.loss_sum;
         for (int k = 0; k < 4; k++) metrics[k] += result.metric_sums[k];
     }

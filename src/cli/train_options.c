@@ -1,5 +1,6 @@
 #include "cli/train_options.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -216,6 +217,9 @@ int trainer_cli_options(TrainerCli *c, Option *o) {
         "too (ZeRO-2), 3 (--device cpu) the layers' weights too (ZeRO-3), 0 keeps all whole");
     ADD("gradient-checkpointing", "gradient_checkpointing", OPT_BOOL, &c->gradient_checkpointing,
         "recompute each layer in backward instead of keeping its activations");
+    ADD("neftune-noise-alpha", "neftune_noise_alpha", OPT_FLOAT, &c->neftune_noise_alpha,
+        "NEFTune (Hugging Face's neftune_noise_alpha): uniform noise of alpha / sqrt(slots x hidden size) on the "
+        "token embeddings of training passes (not evaluations); 0: none");
     ADD("quiet", NULL, OPT_BOOL, &c->quiet, "no progress bar");
     ADD("device", NULL, OPT_STRING, &c->device, "cpu (cuda when built with it)");
     ADD("threads", NULL, OPT_INT, &c->threads, "CPU threads (0 = all cores)");
@@ -258,6 +262,8 @@ void trainer_cli_finish(TrainerCli *c, const char *run_dir) {
     if (c->eval_every < 0 || c->save_every < 0 || c->keep_last < 0 || c->log_every < 0)
         die_user("options --eval-every, --save-every, --keep-last and --log-every must be >= 0");
     if (c->seed < 0) die_user("option --seed must be >= 0, got %ld", c->seed);
+    if (!(c->neftune_noise_alpha >= 0) || !isfinite(c->neftune_noise_alpha))
+        die_user("option --neftune-noise-alpha must be >= 0, got %g", c->neftune_noise_alpha);
     if (c->zero_stage < 0 || c->zero_stage > 3)
         die_user("option --zero-stage must be 0, 1, 2 or 3 (ZeRO-1 shards the optimizer state, ZeRO-2 the gradients "
                  "too, ZeRO-3 the weights too), got %ld", c->zero_stage);
@@ -392,6 +398,7 @@ void trainer_cli_load_model(const TrainerCli *cli, const char *path, const Model
     lora_cli_apply(&cli->lora_cli, &cli->lora, model, train_value_head, cli->seed, cli->quiet,
                    cli->train.start_adapter != NULL);
     model->recompute = cli->gradient_checkpointing;
+    model->neftune_noise_alpha = cli->neftune_noise_alpha;
 }
 
 void trainer_cli_load_reference(const TrainerCli *cli, const char *path, const Tokenizer *tokenizer, const Model *policy,

@@ -42,6 +42,7 @@ typedef struct {
     long micro_batch, grad_accum, epochs, max_steps, warmup_steps, eval_every, save_every, keep_last, log_every;
     long seed, max_seq_len, threads, zero_stage;
     double learning_rate, warmup_ratio, clip_norm, weight_decay, beta1, beta2, eps;
+    double neftune_noise_alpha; // --neftune-noise-alpha (model.h), 0 for none
     bool resume, gradient_checkpointing, quiet, group_by_length;
     bool batch_invariant; // --batch-invariant (cli/batch_invariant.h; applied by the command after parsing)
     char *device;

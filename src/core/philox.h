@@ -43,3 +43,8 @@ PHILOX_FUNCTION uint32_t dropout_threshold(float p) {
     double scaled = (double)p * 4294967296.0;
     return scaled >= 4294967295.0 ? 0xFFFFFFFFu : (uint32_t)scaled;
 }
+
+// Uniform noise (ops.h uniform_noise_add): a word's top 24 bits as one of the 2^24 integers in
+// [-2^23, 2^23), exact as a float, which the op scales by magnitude * 2^-23 -- so the noise is
+// uniform on [-magnitude, magnitude) and made of the same bits on every backend.
+PHILOX_FUNCTION float philox_signed_24(uint32_t word) { return (float)((int32_t)(word >> 8) - 8388608); }

@@ -680,14 +680,16 @@ void lora_describe(const Model *model, char *out, size_t size) {
 // ---------------------------------------------------------------------------------------
 // Forward and backward of the adapter term
 
+// LoRA dropout: in a training pass (model.h model_training_pass_begin) the adapters' inputs
+// are dropped with probability model->lora.dropout.
 static bool dropout_applies(const Model *model) {
-    return model->lora_dropout.active && model->lora_enabled;
+    return model->training_pass.active && model->lora.rank > 0 && model->lora.dropout > 0 && model->lora_enabled;
 }
 
 // The mask of one adapter in the current pass: its own stream per (pass, layer, target).
 static uint64_t dropout_stream(const Model *model, int layer, LoraTarget target) {
     const uint64_t adapter = (uint64_t)layer * LORA_TARGETS + (uint64_t)target;
-    return rng_stream("lora_dropout", model->lora_dropout.micro_batch, (model->lora_dropout.passes << 20) | adapter);
+    return rng_stream("lora_dropout", model->training_pass.micro_batch, (model->training_pass.passes << 20) | adapter);
 }
 
 void lora_dora_norms(Model *model, int l) {
@@ -746,7 +748,7 @@ void lora_forward(Model *model, int layer, LoraTarget target, float *out, const 
     // its own; the base layer sees x whole.
     const bool dropout = dropout_applies(model);
     if (dropout) {
-        ops->dropout_forward(model->acts.lora_dropped, inp, N * in, (float)model->lora.dropout, model->lora_dropout.seed,
+        ops->dropout_forward(model->acts.lora_dropped, inp, N * in, (float)model->lora.dropout, model->training_pass.seed,
                              dropout_stream(model, layer, target));
         inp = model->acts.lora_dropped;
     }
@@ -813,7 +815,7 @@ void lora_backward(Model *model, int layer, LoraTarget target, float *dinp, cons
     const uint64_t stream = dropout_stream(model, layer, target);
     const float p = (float)model->lora.dropout;
     float *dropped = model->acts.lora_dropped, *d_dropped = model->acts.d_lora_dropped;
-    ops->dropout_forward(dropped, inp, N * in, p, model->lora_dropout.seed, stream);
+    ops->dropout_forward(dropped, inp, N * in, p, model->training_pass.seed, stream);
     ops->matmul_backward(d_dropped, g->lora_a[target], NULL, d_hidden, dropped, w->lora_a[target], (int)N, (int)in,
                          rank, WRITE_OVERWRITE, model_gradient_write_mode(model, g->lora_a[target], NULL));
     if (dora) { // the (s - 1) W dropout(x) term: d(dropped x) += W^T ((s - 1) dout)
@@ -823,18 +825,8 @@ void lora_backward(Model *model, int layer, LoraTarget target, float *dinp, cons
         model_linear_backward(model, d_dropped, NULL, NULL, model->acts.dora_scratch, NULL, base_weight(w, target),
                               base_quantized(model, layer, target), N, (int)in, (int)out_features, WRITE_ADD);
     }
-    ops->dropout_backward(dinp, d_dropped, N * in, p, model->lora_dropout.seed, stream);
+    ops->dropout_backward(dinp, d_dropped, N * in, p, model->training_pass.seed, stream);
 }
-
-void lora_dropout_begin(Model *model, uint64_t seed, uint64_t epoch, uint64_t micro_batch) {
-    if (model->lora.rank == 0 || !(model->lora.dropout > 0) || !model->grads) return;
-    model->lora_dropout.active = true;
-    model->lora_dropout.seed = seed;
-    model->lora_dropout.micro_batch = rng_stream("lora_dropout_micro_batch", epoch, micro_batch);
-    model->lora_dropout.passes = 0;
-}
-
-void lora_dropout_end(Model *model) { model->lora_dropout.active = false; }
 
 // ---------------------------------------------------------------------------------------
 // Merging and files

@@ -127,13 +127,6 @@ const float *lora_dora_dout(Model *model, int layer, LoraTarget target, const fl
 void lora_backward(Model *model, int layer, LoraTarget target, float *dinp, const float *dout,
                    const float *inp, const float *hidden, long N);
 
-// LoRA dropout for the training passes of one micro-batch: between these two calls every
-// model_forward (and the backward after it) drops the adapters' inputs with probability
-// model->lora.dropout. Micro-batch `micro_batch` of epoch `epoch` gets the same masks on
-// any rank. Nothing happens without adapters, without dropout or without gradients.
-void lora_dropout_begin(Model *model, uint64_t seed, uint64_t epoch, uint64_t micro_batch);
-void lora_dropout_end(Model *model);
-
 // Adds scale * B A into every adapted weight of `params`, a host copy of the model's flat
 // buffer, so that the plain model computes what the adapted one does (up to rounding); with
 // DoRA each row of W + scale B A is then scaled by m / its norm (PEFT's merge; biases stay).

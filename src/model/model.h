@@ -167,7 +167,7 @@ typedef struct {
     bool rslora;       // rank-stabilised LoRA (Kalajdzievski 2023, PEFT's use_rslora): by alpha / sqrt(rank)
     unsigned targets;  // bit (1 << t) for each LoraTarget t that has an adapter
     double dropout;    // PEFT's lora_dropout: an adapter's input is dropped with this probability
-                       // in training passes (between lora_dropout_begin and _end), never at inference
+                       // in training passes (model_training_pass_begin), never at inference
     bool dora;         // DoRA (Liu et al. 2024, PEFT's use_dora): a trained magnitude per output row
     // Which of the `targets` modules have adapters, in PEFT's two narrower forms (both empty:
     // every layer's). target_regex is target_modules given as one string: a module has
@@ -219,12 +219,18 @@ typedef struct Model {
     int lora_max_rank;
     bool lora_enabled;
     unsigned long long lora_base_fingerprint; // FNV-1a of the frozen weights the adapters sit on
-    // LoRA dropout in progress (model/lora.h lora_dropout_begin): the masks of one micro-batch.
+    // A training pass in progress (model_training_pass_begin): the key of one micro-batch's
+    // random numbers, LoRA dropout's masks and NEFTune's noise.
     struct {
         bool active;
         uint64_t seed, micro_batch; // the run's seed; the micro-batch's key
-        uint64_t passes;            // forward passes since lora_dropout_begin (each has its own masks)
-    } lora_dropout;
+        uint64_t passes;            // forward passes since the pass began (each draws its own)
+    } training_pass;
+    // NEFTune (Jain et al. 2023, Hugging Face's neftune_noise_alpha): in training passes the
+    // token embeddings get noise uniform on [-a, a), a = alpha / sqrt(T * hidden_size) for a
+    // batch of rows of T slots, as transformers' hook adds it to the embedding layer's output
+    // (after Gemma's scale, which its embedding module applies). 0: none.
+    double neftune_noise_alpha;
     // Weights before this offset are frozen: gradients and optimizer state cover only
     // params[trainable_offset, table.total) (0 unless LoRA froze the base).
     long trainable_offset;
@@ -381,6 +387,14 @@ void model_linear_backward(const Model *model, float *dinp, float *dweight, floa
 // Forward through the body and the final norm. Saves what backward needs when the model
 // has gradients enabled.
 void model_forward(Model *model, const ModelBatch *batch);
+// The training passes of one micro-batch: between these two calls every model_forward (and
+// the backward after it) draws LoRA dropout's masks (model->lora.dropout) and NEFTune's
+// noise (model->neftune_noise_alpha) from `seed` and the micro-batch's place in the run, so
+// micro-batch `micro_batch` of epoch `epoch` draws the same numbers on any rank and after a
+// resume; each forward of the pass its own. Nothing happens on a model without gradients or
+// with neither.
+void model_training_pass_begin(Model *model, uint64_t seed, uint64_t epoch, uint64_t micro_batch);
+void model_training_pass_end(Model *model);
 // After model_forward: logp[b*T+t] = log p(targets[b*T+t] | tokens up to t), or 0 where
 // targets[...] < 0. top1 (argmax next token) and entropy are optional (NULL). Without top1,
 // the LM head runs on the slots with a target only (entropy is 0 at the others): prompt and

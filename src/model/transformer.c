@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "core/check.h"
+#include "core/rng.h"
 #include "model/lora.h"
 #include "model/quantize.h"
 #include "model/model.h"
@@ -929,7 +930,7 @@ static void forward_impl(Model *model, const ModelBatch *batch, const CacheTarge
     // Host-side preparation of ids and positions, then one copy each to the backend.
     int *positions = xmalloc((size_t)N * sizeof(int));
     int *row_start = xmalloc((size_t)B * sizeof(int));
-    CHECK(!(target && model->lora_dropout.active), "a KV-cache forward inside a LoRA dropout pass");
+    CHECK(!(target && model->training_pass.active), "a KV-cache forward inside a training pass");
     CHECK(!(target && batch->segments), "a KV-cache forward of packed rows");
     const bool decode = target && target->decode;
     for (int b = 0; b < B; b++) {
@@ -967,6 +968,11 @@ static void forward_impl(Model *model, const ModelBatch *batch, const CacheTarge
     else
         ops->embedding_forward(a->residual, a->tokens, a->positions, model->weights.tok_emb,
                                model->weights.pos_emb, (int)N, (int)C, cfg->embedding_multiplier);
+    // NEFTune: the noise is additive, so the backward is the noiseless one's.
+    if (model->training_pass.active && model->neftune_noise_alpha > 0)
+        ops->uniform_noise_add(a->residual, N * C, (float)(model->neftune_noise_alpha / sqrt((double)T * (double)C)),
+                               model->training_pass.seed,
+                               rng_stream("neftune", model->training_pass.micro_batch, model->training_pass.passes));
     for (int l = 0; l < cfg->num_layers; l++) {
         weights_of_layer(model, l, true);
         // DoRA's weight norms follow the adapters, taken while the layer's weights are in place
@@ -985,10 +991,23 @@ static void forward_impl(Model *model, const ModelBatch *batch, const CacheTarge
     a->logits_valid = false;
 }
 
+void model_training_pass_begin(Model *model, uint64_t seed, uint64_t epoch, uint64_t micro_batch) {
+    const bool lora_dropout = model->lora.rank > 0 && model->lora.dropout > 0;
+    if (!model->grads || !(lora_dropout || model->neftune_noise_alpha > 0)) return;
+    model->training_pass.active = true;
+    model->training_pass.seed = seed;
+    // (The key's name is from when the pass was LoRA dropout's alone: the same masks as then.)
+    model->training_pass.micro_batch = rng_stream("lora_dropout_micro_batch", epoch, micro_batch);
+    model->training_pass.passes = 0;
+}
+
+void model_training_pass_end(Model *model) { model->training_pass.active = false; }
+
 void model_forward(Model *model, const ModelBatch *batch) {
-    // Each training pass of a micro-batch draws its own LoRA dropout masks; a backward's
-    // recomputation (gradient checkpointing) runs inside the pass and redraws the same ones.
-    if (model->lora_dropout.active) model->lora_dropout.passes++;
+    // Each forward of a training pass draws its own LoRA dropout masks and NEFTune noise; a
+    // backward's recomputation (gradient checkpointing) runs inside the pass and redraws the
+    // same masks (the embeddings are never recomputed).
+    if (model->training_pass.active) model->training_pass.passes++;
     forward_impl(model, batch, NULL);
 }
 

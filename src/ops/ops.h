@@ -478,6 +478,10 @@ typedef struct OpsBackend {
     void (*dropout_forward)(float *out, const float *inp, long n, float p, uint64_t seed, uint64_t stream);
     // Its backward through the same mask: dinp[i] += dout[i] / (1 - p) where kept.
     void (*dropout_backward)(float *dinp, const float *dout, long n, float p, uint64_t seed, uint64_t stream);
+    // x[i] += noise uniform on [-magnitude, magnitude), element i's drawn from word i % 4 of
+    // the Philox block i / 4 keyed by (seed, stream) (core/philox.h philox_signed_24 times
+    // magnitude * 2^-23: the same bits on every backend). NEFTune's embedding noise.
+    void (*uniform_noise_add)(float *x, long n, float magnitude, uint64_t seed, uint64_t stream);
 
     // ---- DoRA (Liu et al. 2024, PEFT's use_dora; model/lora.h) ----
     // norm[r] = || weight[r] + scale * delta[r] ||_2 over each of `rows` rows of `cols`

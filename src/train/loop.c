@@ -111,6 +111,7 @@ static int save_checkpoint(const TrainTask *task, const Model *model, const Adam
     json_object_set_new(state, "world_size", json_integer(dist_world_size()));
     json_object_set_new(state, "lora_rank", json_integer(model->lora.rank));
     json_object_set_new(state, "lora_dropout", json_real(model->lora.dropout));
+    json_object_set_new(state, "neftune_noise_alpha", json_real(model->neftune_noise_alpha));
     checkpoint_record_batch_invariant(state, model->ops);
     if (task->save_state) task->save_state(task->context, state);
     CheckpointModel entry = {"", model, optimizer};
@@ -217,6 +218,11 @@ int train_run(const TrainTask *task, Model *model, const Tokenizer *tokenizer, c
             if (rc == 0 && fabs(json_number_value(json_object_get(state, "lora_dropout")) - model->lora.dropout) > 1e-9)
                 rc = err_set("checkpoint was made with --lora-dropout %g, this run has %g (%s)",
                              json_number_value(json_object_get(state, "lora_dropout")), model->lora.dropout, checkpoint);
+            // NEFTune's noise is drawn the same way (0 in checkpoints from before the option).
+            const double neftune = json_number_value(json_object_get(state, "neftune_noise_alpha"));
+            if (rc == 0 && fabs(neftune - model->neftune_noise_alpha) > 1e-9)
+                rc = err_set("checkpoint was made with --neftune-noise-alpha %g, this run has %g (%s)", neftune,
+                             model->neftune_noise_alpha, checkpoint);
             // The data order of every epoch depends on it.
             if (rc == 0 && json_is_true(json_object_get(state, "group_by_length")) != options->group_by_length)
                 rc = err_set("checkpoint was made with --group-by-length %s, this run has %s (%s): another data order",
@@ -325,9 +331,9 @@ int train_run(const TrainTask *task, Model *model, const Tokenizer *tokenizer, c
             if (m < micro_count) {
                 long start = (first_micro + m) * options->micro_batch;
                 long count = n - start < options->micro_batch ? n - start : options->micro_batch;
-                lora_dropout_begin(model, options->seed, (uint64_t)s.epoch, (uint64_t)(first_micro + m));
+                model_training_pass_begin(model, options->seed, (uint64_t)s.epoch, (uint64_t)(first_micro + m));
                 task->micro_step(task->context, model, order + start, (int)count, 1.0 / step_weight, &r);
-                lora_dropout_end(model);
+                model_training_pass_end(model);
             }
             dist_backward_round_end(model);
             total.loss_sum += r.loss_sum;

@@ -180,6 +180,29 @@ check_first_loss 0 0 "$eval_wrapped_unpacked" && check_first_loss 0 0 "$eval_bfd
     fail sft_eval_packing_false_and_bfd_unpacked_loss "losses '$eval_wrapped_unpacked' '$eval_bfd'"
 expect_error sft_eval_packing_without_packing "give --packing (--eval-packing)" \
     "$bin" sft "${sft_args[@]}" --eval-packing --output "$tmp/x_packing"
+
+# --neftune-noise-alpha (NEFTune): noise on the token embeddings of training passes only. At
+# learning rate 1e-30 the first step's loss moves off the noiseless one, while the evaluation
+# after it (no noise) is the noiseless model's to the bit. A run resumes bit for bit (the
+# noise is drawn from the micro-batch's place in the run), and not with another alpha.
+eval_plain=$(sft_eval_loss neftune_off)
+eval_neftune=$(sft_eval_loss neftune --neftune-noise-alpha 5)
+train_plain=$(json_field "$tmp/loss_neftune_off/metrics.jsonl" train/loss 0 2> /dev/null)
+train_neftune=$(json_field "$tmp/loss_neftune/metrics.jsonl" train/loss 0 2> /dev/null)
+[ -n "$eval_plain" ] && [ "$eval_plain" = "$eval_neftune" ] && [ -n "$train_neftune" ] &&
+    [ "$train_plain" != "$train_neftune" ] &&
+    pass "sft_neftune_training_passes_only (train loss $train_plain -> $train_neftune, eval $eval_neftune)" ||
+    fail sft_neftune_training_passes_only "train '$train_plain' '$train_neftune', eval '$eval_plain' '$eval_neftune'"
+neftune_args=("${sft_args[@]}" --neftune-noise-alpha 5 --save-every 2 --keep-last 0 --eval-every 0 --max-steps 4)
+"$bin" sft "${neftune_args[@]}" --output "$tmp/neftune" 2> "$tmp/neftune.err"
+mkdir -p "$tmp/neftune_resumed" && cp -r "$tmp/neftune/checkpoint-2" "$tmp/neftune_resumed/"
+"$bin" sft "${neftune_args[@]}" --resume --output "$tmp/neftune_resumed" 2> "$tmp/neftune_resumed.err"
+cmp -s "$tmp/neftune/final/model.safetensors" "$tmp/neftune_resumed/final/model.safetensors" &&
+    pass sft_neftune_resume_bit_identical || fail sft_neftune_resume_bit_identical "$(tail -n 2 "$tmp/neftune_resumed.err")"
+expect_error sft_neftune_resume_other_alpha "made with --neftune-noise-alpha 5, this run has 1" \
+    "$bin" sft "${neftune_args[@]}" --neftune-noise-alpha 1 --resume --output "$tmp/neftune_resumed"
+expect_error sft_neftune_negative "--neftune-noise-alpha must be >= 0" \
+    "$bin" sft "${sft_args[@]}" --neftune-noise-alpha -1 --output "$tmp/x_neftune"
 rm -rf "$tmp"/loss_*/checkpoint-* "$tmp"/loss_*/final
 # --padding-free (TRL's padding_free): each micro-batch and evaluation chunk as one row of its
 # examples, each attending to itself only -- the same losses as one example a row, step after

@@ -1633,6 +1633,13 @@ static void test_activations_and_elementwise(void) {
     gpu->dropout_backward(d_d_from, d_x, n, 0.25f, 1234, 78);
     expect_match("dropout_backward", d_d_from, d_from, n, TOL_FP32);
     free(dropped), free(d_from); // expect_match freed their GPU copies
+    // NEFTune's uniform noise: the same Philox words and the same two roundings, bit for bit.
+    float *noisy = copy_host(y, n);
+    float *d_noisy = gpu_floats(noisy, n);
+    cpu->uniform_noise_add(noisy, n, 0.05f, 1234, 79);
+    gpu->uniform_noise_add(d_noisy, n, 0.05f, 1234, 79);
+    expect_match("uniform_noise_add", d_noisy, noisy, n, 0.0);
+    free(noisy);
     float *avg = copy_host(y, n);
     float *d_avg = gpu_floats(avg, n);
     cpu->moving_average(avg, x, 0.9f, n);

@@ -236,6 +236,7 @@ const OpsBackend ops_cpu = {
     .scale = cpu_scale,
     .dropout_forward = cpu_dropout_forward,
     .dropout_backward = cpu_dropout_backward,
+    .uniform_noise_add = cpu_uniform_noise_add,
     .dora_weight_norm = cpu_dora_weight_norm,
     .dora_forward = cpu_dora_forward,
     .dora_backward = cpu_dora_backward,

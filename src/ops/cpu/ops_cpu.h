@@ -179,6 +179,7 @@ double cpu_sum_squares(const float *x, long n);
 
 void cpu_dropout_forward(float *out, const float *inp, long n, float p, uint64_t seed, uint64_t stream);
 void cpu_dropout_backward(float *dinp, const float *dout, long n, float p, uint64_t seed, uint64_t stream);
+void cpu_uniform_noise_add(float *x, long n, float magnitude, uint64_t seed, uint64_t stream);
 
 // dora.c
 void cpu_dora_weight_norm(float *norm, const float *weight, const float *delta, float scale, int rows, int cols);

@@ -251,6 +251,7 @@ extern "C" const OpsBackend ops_cuda = {
     .scale = cuda_scale,
     .dropout_forward = cuda_dropout_forward,
     .dropout_backward = cuda_dropout_backward,
+    .uniform_noise_add = cuda_uniform_noise_add,
     .dora_weight_norm = cuda_dora_weight_norm,
     .dora_forward = cuda_dora_forward,
     .dora_backward = cuda_dora_backward,

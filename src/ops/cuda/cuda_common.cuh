@@ -311,6 +311,7 @@ void cuda_glu_backward(float *dgate, float *dup, const float *dout, const float 
 // ---- dropout.cu ----
 void cuda_dropout_forward(float *out, const float *inp, long n, float p, uint64_t seed, uint64_t stream);
 void cuda_dropout_backward(float *dinp, const float *dout, long n, float p, uint64_t seed, uint64_t stream);
+void cuda_uniform_noise_add(float *x, long n, float magnitude, uint64_t seed, uint64_t stream);
 
 // ---- dora.cu ----
 void cuda_dora_weight_norm(float *norm, const float *weight, const float *delta, float scale, int rows, int cols);
