@@ -1,4 +1,5 @@
 // marlhf rm: reward-model training on chosen/rejected pairs or ranked responses (step 2).
+#include <math.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -12,7 +13,7 @@
 int cmd_rm(int argc, char **argv) {
     TrainerCli c = trainer_cli_defaults(1e-5, 0.05, 0.1, 2); // learning rate, warmup ratio, weight decay, data phase
     char *model_path = NULL, *output = NULL, *loss_name = "pairwise";
-    double margin = 0.0;
+    double margin = 0.0, center_rewards = 0.0;
     bool padding_free = false;
     Option options[64] = {
         {"model", "model_name_or_path", OPT_STRING, &model_path, "the SFT model (its body gets a value head)", true, false},
@@ -22,8 +23,11 @@ int cmd_rm(int argc, char **argv) {
         {"padding-free", "padding_free", OPT_BOOL, &padding_free,
          "run each micro-batch's responses side by side in one row, each attending to itself only (TRL's "
          "padding_free): the same scores, no padding computed", false, false},
+        {"center-rewards-coefficient", "center_rewards_coefficient", OPT_FLOAT, &center_rewards,
+         "add this times the mean of (chosen + rejected score)^2 to the pairwise or margin loss (TRL's "
+         "center_rewards_coefficient: scores near mean zero; 0.01 recommended there); 0: none", false, false},
     };
-    int count = 5 + trainer_cli_options(&c, options + 5);
+    int count = 6 + trainer_cli_options(&c, options + 6);
     CHECK(count <= (int)(sizeof options / sizeof options[0]), "option table too small");
     OptionSet set = {"rm", "Train a reward model: the model's body plus a value head scored at the last token.",
                      "marlhf rm --model SFT_MODEL --data PAIRS.jsonl --output RUN_DIR [options]", options, count, NULL, 0, 0};
@@ -31,6 +35,11 @@ int cmd_rm(int argc, char **argv) {
     RmLossKind loss;
     if (rm_loss_from_name(loss_name, &loss) != 0)
         die_user("option --loss must be pairwise, margin, dschat or listwise, got '%s'", loss_name);
+    if (!(center_rewards >= 0) || !isfinite(center_rewards))
+        die_user("option --center-rewards-coefficient must be >= 0, got %g", center_rewards);
+    if (center_rewards > 0 && loss != RM_LOSS_PAIRWISE && loss != RM_LOSS_MARGIN)
+        die_user("option --center-rewards-coefficient applies to --loss pairwise and margin (TRL's reward loss), not "
+                 "%s", loss_name);
     if (padding_free && loss == RM_LOSS_DSCHAT)
         die_user("--padding-free leaves the padding out and --loss dschat reads its span on rows padded to "
                  "--max-seq-len: give one (--padding-free)");
@@ -54,6 +63,7 @@ int cmd_rm(int argc, char **argv) {
                      eval.count, (int)c.max_seq_len, loss, (float)margin) != 0)
         die_from_err();
     task.padding_free = padding_free;
+    task.center_rewards = (float)center_rewards;
     if (!c.quiet)
         fprintf(stderr, "rm: %ld training examples of %d responses, %ld eval examples, loss %s\n", task.train_count, K,
                 task.eval_count, loss_name);

@@ -182,6 +182,12 @@ static void rm_forward(RmTask *task, Model *model, const TokenizedExamples *exam
             break;
         }
         }
+        if (task->center_rewards > 0) { // (pairwise and margin: the command refuses the others)
+            const double sum = (double)s[0] + s[1];
+            stats->loss += task->center_rewards * sum * sum;
+            const float d = (float)(scale * 2 * task->center_rewards * sum);
+            ds[0] += d, ds[1] += d;
+        }
         bool best_wins = true;
         for (int k = 1; k < K; k++) best_wins &= s[0] > s[k];
         stats->correct += best_wins;

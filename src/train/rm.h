@@ -6,6 +6,8 @@
 //   margin    -log sigmoid(s_chosen - s_rejected - margin)             (TRL's margin column / --margin)
 //   dschat    DeepSpeed-Chat's token-span loss over [first difference, max end) (spec §5; compat)
 //   listwise  Plackett-Luce over K >= 2 responses ranked best first
+// plus, for pairwise and margin, center_rewards * (s_chosen + s_rejected)^2 (TRL's
+// center_rewards_coefficient, Eisenstein et al. 2023 eq. 2: scores pulled towards mean zero).
 // Evaluation: pairwise accuracy (s_chosen > s_rejected; for listwise, best above all
 // others), mean chosen and rejected scores, and the loss.
 #pragma once
@@ -29,6 +31,8 @@ typedef struct {
     // row, each attending to itself only -- the scores of one response a row without the
     // padding. The command makes the trained model packed_rows_only then (model.h).
     bool padding_free;
+    // --center-rewards-coefficient (pairwise and margin losses; 0: none)
+    float center_rewards;
 } RmTask;
 
 // responses[i*K + k]: response k of example i, best first (K = 2: chosen, rejected).

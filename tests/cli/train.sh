@@ -321,6 +321,40 @@ EOF
 done
 expect_error rm_padding_free_dschat "give one (--padding-free)" "$bin" rm --model "$model" --data "$data/pairs.jsonl" \
     --loss dschat --padding-free --output "$tmp/x7"
+# --center-rewards-coefficient C (TRL's center_rewards_coefficient): the loss gains C times the
+# mean of (chosen + rejected score)^2. One step over 4 pairs at learning rate 1e-30: the loss is
+# the plain one plus that term of the untrained scores (reward_stats.json of the same model);
+# then, trained as rm_pairwise was, the scores sit nearer zero with it than without.
+head -n 4 "$data/pairs.jsonl" > "$tmp/pairs4.jsonl"
+for coefficient in 0 0.5; do
+    "$bin" rm --model "$model" --data "$tmp/pairs4.jsonl" --max-seq-len 32 --per-device-train-batch-size 4 \
+        --max-steps 1 --learning-rate 1e-30 --threads 2 --quiet --center-rewards-coefficient $coefficient \
+        --output "$tmp/rm_center_$coefficient" 2> "$tmp/rm_center_$coefficient.err"
+done
+"$bin" rm "${rm_common[@]}" --data "$data/pairs.jsonl" --eval-data "$data/pairs_eval.jsonl" \
+    --center-rewards-coefficient 1 --output "$tmp/rm_centered" 2> "$tmp/rm_centered.err"
+python3 - "$tmp" << 'EOF' && pass rm_center_rewards || fail rm_center_rewards "see above $(tail -n 1 "$tmp/rm_center_0.5.err")"
+import json, sys
+tmp = sys.argv[1]
+loss = lambda run: [json.loads(l)["train/loss"] for l in open(f"{tmp}/{run}/metrics.jsonl") if "train/loss" in l][0]
+stats = json.load(open(f"{tmp}/rm_center_0/final/reward_stats.json"))
+assert stats["source"] == "train" and stats["examples"] == 4, stats
+term = sum((c + r) ** 2 for c, r in zip(stats["chosen"], stats["rejected"])) / 4
+plain, centered = loss("rm_center_0"), loss("rm_center_0.5")
+print(f"loss {centered:.6f}, want {plain:.6f} + 0.5 x {term:.6f} = {plain + 0.5 * term:.6f}", file=sys.stderr)
+mean_sum = lambda run: (lambda s: sum(abs(c + r) for c, r in zip(s["chosen"], s["rejected"])) / len(s["chosen"]))(
+    json.load(open(f"{tmp}/{run}/final/reward_stats.json")))
+trained, centred_run = mean_sum("rm_pairwise"), mean_sum("rm_centered")
+accuracy = [json.loads(l)["eval/accuracy"] for l in open(f"{tmp}/rm_centered/metrics.jsonl") if "eval/accuracy" in l][-1]
+print(f"trained: mean |chosen + rejected| {trained:.4f} without, {centred_run:.4f} with; accuracy {accuracy}",
+      file=sys.stderr)
+sys.exit(0 if abs(centered - (plain + 0.5 * term)) <= 1e-5 * abs(centered) and term > 1e-3
+         and centred_run < 0.5 * trained and accuracy >= 0.9 else 1)
+EOF
+expect_error rm_center_rewards_listwise "applies to --loss pairwise and margin" "$bin" rm --model "$model" \
+    --data "$data/ranked.jsonl" --loss listwise --center-rewards-coefficient 0.01 --output "$tmp/x7"
+expect_error rm_center_rewards_negative "--center-rewards-coefficient must be >= 0" "$bin" rm --model "$model" \
+    --data "$data/pairs.jsonl" --center-rewards-coefficient -0.01 --output "$tmp/x7"
 
 # --- bad data and options --------------------------------------------------------------
 printf '{"prompt": "a", "response": "b"}\n{"prompt": "a"}\n' > "$tmp/missing.jsonl"
