@@ -10,6 +10,26 @@
 #include "model/weights_io.h"
 #include "train/rm.h"
 
+// The data's per-pair margins (TRL's "margin" column) as floats, or NULL when its rows have
+// none; every row or none must have one.
+static float *data_margins(const Dataset *data) {
+    if (data->count == 0 || !data->records[0].has_margin) {
+        for (long i = 0; i < data->count; i++)
+            if (data->records[i].has_margin)
+                die_user("%s:%ld has a \"margin\" and %s:%ld none: give every pair one or none", data->path,
+                         data->records[i].line, data->path, data->records[0].line);
+        return NULL;
+    }
+    float *margins = xmalloc((size_t)data->count * sizeof(float));
+    for (long i = 0; i < data->count; i++) {
+        if (!data->records[i].has_margin)
+            die_user("%s:%ld has no \"margin\" and %s:%ld one: give every pair one or none", data->path,
+                     data->records[i].line, data->path, data->records[0].line);
+        margins[i] = (float)data->records[i].margin;
+    }
+    return margins;
+}
+
 int cmd_rm(int argc, char **argv) {
     TrainerCli c = trainer_cli_defaults(1e-5, 0.05, 0.1, 2); // learning rate, warmup ratio, weight decay, data phase
     char *model_path = NULL, *output = NULL, *loss_name = "pairwise";
@@ -27,6 +47,7 @@ int cmd_rm(int argc, char **argv) {
          "add this times the mean of (chosen + rejected score)^2 to the pairwise or margin loss (TRL's "
          "center_rewards_coefficient: scores near mean zero; 0.01 recommended there); 0: none", false, false},
     };
+    const Option *margin_option = &options[3];
     int count = 6 + trainer_cli_options(&c, options + 6);
     CHECK(count <= (int)(sizeof options / sizeof options[0]), "option table too small");
     OptionSet set = {"rm", "Train a reward model: the model's body plus a value head scored at the last token.",
@@ -58,15 +79,27 @@ int cmd_rm(int argc, char **argv) {
     const char **responses = trainer_cli_responses(&train, K, c.data);
     const char **eval_responses = trainer_cli_responses(&eval, K, c.eval_data ? c.eval_data : "");
     const char **prompts = trainer_cli_prompts(&train), **eval_prompts = trainer_cli_prompts(&eval);
+    // As TRL's reward trainer: pairs with a "margin" column train with each pair's margin.
+    float *margins = data_margins(&train), *eval_margins = data_margins(&eval);
+    if (margins || eval_margins) {
+        if (loss != RM_LOSS_PAIRWISE && loss != RM_LOSS_MARGIN)
+            die_user("%s has a \"margin\" column, which --loss %s does not read: use --loss pairwise or margin "
+                     "(--loss)", margins ? c.data : c.eval_data, loss_name);
+        if (margin_option->seen)
+            die_user("--margin gives every pair one margin and %s has a \"margin\" column: give one (--margin)",
+                     margins ? c.data : c.eval_data);
+        loss = RM_LOSS_MARGIN;
+    }
     RmTask task;
-    if (rm_task_init(&task, tokenizer, K, prompts, responses, NULL, train.count, eval_prompts, eval_responses, NULL,
-                     eval.count, (int)c.max_seq_len, loss, (float)margin) != 0)
+    if (rm_task_init(&task, tokenizer, K, prompts, responses, margins, train.count, eval_prompts, eval_responses,
+                     eval_margins, eval.count, (int)c.max_seq_len, loss, (float)margin) != 0)
         die_from_err();
+    free(margins), free(eval_margins);
     task.padding_free = padding_free;
     task.center_rewards = (float)center_rewards;
     if (!c.quiet)
         fprintf(stderr, "rm: %ld training examples of %d responses, %ld eval examples, loss %s\n", task.train_count, K,
-                task.eval_count, loss_name);
+                task.eval_count, task.train_margins ? "margin (the data's per-pair margins)" : loss_name);
 
     Model model;
     const ModelLoadOptions load = {.with_lm_head = false, .with_value_head = true, .seed = (uint64_t)c.seed,

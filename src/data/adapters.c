@@ -1,6 +1,7 @@
 // One parser per dataset schema; the rules are documented in data/dataset.h.
 #include "data/adapters.h"
 
+#include <math.h>
 #include <stdarg.h>
 #include <string.h>
 
@@ -661,18 +662,34 @@ int data_detect_format(const json_t *row, const DataRowPlace *at, DataFormat *fo
 #undef HAS
 }
 
+// A preference pair's optional "margin" (TRL's reward trainer subtracts it from the score
+// difference): a finite number.
+static int take_margin(const json_t *row, const DataRowPlace *at, DataRecord *record) {
+    const json_t *margin = json_object_get(row, "margin");
+    if (!margin) return 0;
+    if (!json_is_number(margin) || !isfinite(json_number_value(margin)))
+        return wrong_type(at, "margin", margin, "a finite number");
+    record->has_margin = true;
+    record->margin = json_number_value(margin);
+    return 0;
+}
+
 int data_parse_row(DataFormat format, const json_t *row, const DataRowPlace *at, DataRecord *record) {
     memset(record, 0, sizeof *record);
     int rc = -1;
     if (data_row_is_conversational(row) && format != DATA_FORMAT_HH) { // HH's fields are strings only
         rc = parse_conversation(format, row, at, record);
+        if (rc == 0 && format == DATA_FORMAT_PAIRS) rc = take_margin(row, at, record);
         if (rc != 0) data_record_free(record);
         return rc;
     }
     switch (format) {
     case DATA_FORMAT_TLDR: rc = parse_tldr(row, at, record); break;
     case DATA_FORMAT_HH: rc = parse_pairs(row, at, true, record); break;
-    case DATA_FORMAT_PAIRS: rc = parse_pairs(row, at, false, record); break;
+    case DATA_FORMAT_PAIRS:
+        rc = parse_pairs(row, at, false, record);
+        if (rc == 0) rc = take_margin(row, at, record);
+        break;
     case DATA_FORMAT_WEBGPT: rc = parse_webgpt(row, at, record); break;
     case DATA_FORMAT_APPS: rc = parse_apps(row, at, record); break;
     case DATA_FORMAT_SFT: rc = parse_sft(row, at, record); break;

@@ -143,6 +143,9 @@ typedef struct {
     char *starter_code;     // "" when none
     bool call_based;        // input_output names a function (fn_name)
     char *raw;              // the row as read, compact JSON (dataset_load_keep_raw only; else NULL)
+    // Preference pairs: TRL's optional "margin" column (the reward trainer's per-pair margin)
+    bool has_margin;
+    double margin;
     // Conversational rows (TRL's message formats, below): the message lists as compact JSON,
     // {"prompt": [...], "chosen"?: [...], "rejected"?: [...]} (SFT's response and a desirable
     // unpaired completion under "chosen", an undesirable one under "rejected"); prompt,

@@ -3,7 +3,8 @@
 //
 // Losses (--loss):
 //   pairwise  -log sigmoid(s_chosen - s_rejected)                       (default; TRL, OpenRLHF)
-//   margin    -log sigmoid(s_chosen - s_rejected - margin)             (TRL's margin column / --margin)
+//   margin    -log sigmoid(s_chosen - s_rejected - margin)             (TRL's margin column, each pair's own
+//             (rm_task_init's margins), or --margin for every pair)
 //   dschat    DeepSpeed-Chat's token-span loss over [first difference, max end) (spec §5; compat)
 //   listwise  Plackett-Luce over K >= 2 responses ranked best first
 // plus, for pairwise and margin, center_rewards * (s_chosen + s_rejected)^2 (TRL's

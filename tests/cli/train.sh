@@ -351,6 +351,40 @@ print(f"trained: mean |chosen + rejected| {trained:.4f} without, {centred_run:.4
 sys.exit(0 if abs(centered - (plain + 0.5 * term)) <= 1e-5 * abs(centered) and term > 1e-3
          and centred_run < 0.5 * trained and accuracy >= 0.9 else 1)
 EOF
+# A "margin" column (TRL's reward trainer reads one per pair): the loss is each pair's
+# -log sigmoid(chosen - rejected - margin), on the untrained scores above.
+python3 - "$tmp" << 'EOF'
+import json, sys
+tmp = sys.argv[1]
+rows = [json.loads(l) for l in open(f"{tmp}/pairs4.jsonl")]
+with open(f"{tmp}/pairs4_margin.jsonl", "w") as f:
+    for row, margin in zip(rows, [0.5, -1.0, 2.0, 0.0]):
+        f.write(json.dumps(dict(row, margin=margin)) + "\n")
+with open(f"{tmp}/pairs_mixed_margin.jsonl", "w") as f:
+    f.write(json.dumps(dict(rows[0], margin=1)) + "\n" + json.dumps(rows[1]) + "\n")
+with open(f"{tmp}/pairs_text_margin.jsonl", "w") as f:
+    f.write(json.dumps(dict(rows[0], margin="1")) + "\n")
+EOF
+"$bin" rm --model "$model" --data "$tmp/pairs4_margin.jsonl" --max-seq-len 32 --per-device-train-batch-size 4 \
+    --max-steps 1 --learning-rate 1e-30 --threads 2 --output "$tmp/rm_margin_column" 2> "$tmp/rm_margin_column.err"
+python3 - "$tmp" << 'EOF' && grep -q "loss margin (the data's per-pair margins)" "$tmp/rm_margin_column.err" &&
+import json, math, sys
+tmp = sys.argv[1]
+stats = json.load(open(f"{tmp}/rm_center_0/final/reward_stats.json"))
+want = sum(math.log1p(math.exp(-(c - r - m))) for c, r, m in zip(stats["chosen"], stats["rejected"], [0.5, -1, 2, 0])) / 4
+got = [json.loads(l)["train/loss"] for l in open(f"{tmp}/rm_margin_column/metrics.jsonl") if "train/loss" in l][0]
+print(f"loss {got:.6f}, want {want:.6f}", file=sys.stderr)
+sys.exit(0 if abs(got - want) <= 1e-5 * abs(want) else 1)
+EOF
+    pass rm_margin_column || fail rm_margin_column "$(grep 'rm:' "$tmp/rm_margin_column.err" | head -n 1)"
+expect_error rm_margin_column_mixed "$tmp/pairs_mixed_margin.jsonl:2 has no \"margin\"" "$bin" rm --model "$model" \
+    --data "$tmp/pairs_mixed_margin.jsonl" --output "$tmp/x7"
+expect_error rm_margin_column_not_a_number "$tmp/pairs_text_margin.jsonl:1" "$bin" rm --model "$model" \
+    --data "$tmp/pairs_text_margin.jsonl" --output "$tmp/x7"
+expect_error rm_margin_column_and_option "give one (--margin)" "$bin" rm --model "$model" \
+    --data "$tmp/pairs4_margin.jsonl" --loss margin --margin 0.5 --output "$tmp/x7"
+expect_error rm_margin_column_dschat "does not read" "$bin" rm --model "$model" \
+    --data "$tmp/pairs4_margin.jsonl" --loss dschat --output "$tmp/x7"
 expect_error rm_center_rewards_listwise "applies to --loss pairwise and margin" "$bin" rm --model "$model" \
     --data "$data/ranked.jsonl" --loss listwise --center-rewards-coefficient 0.01 --output "$tmp/x7"
 expect_error rm_center_rewards_negative "--center-rewards-coefficient must be >= 0" "$bin" rm --model "$model" \
