@@ -114,8 +114,9 @@ static int save_checkpoint(const TrainTask *task, const Model *model, const Adam
     json_object_set_new(state, "neftune_noise_alpha", json_real(model->neftune_noise_alpha));
     checkpoint_record_batch_invariant(state, model->ops);
     if (task->save_state) task->save_state(task->context, state);
-    CheckpointModel entry = {"", model, optimizer};
-    int rc = checkpoint_save(options->run_dir, s->step, &entry, 1, tokenizer, state, (int)options->keep_last);
+    CheckpointModel entries[2] = {{"", model, optimizer}, {task->checkpoint_model_name, task->checkpoint_model, NULL}};
+    int rc = checkpoint_save(options->run_dir, s->step, entries, task->checkpoint_model ? 2 : 1, tokenizer, state,
+                             (int)options->keep_last);
     json_decref(state);
     return rc;
 }
@@ -351,6 +352,7 @@ int train_run(const TrainTask *task, Model *model, const Tokenizer *tokenizer, c
         }
         dist_adamw_step(&optimizer, model, lr, grad_clip_coefficient(norm, (float)options->clip_norm));
         s.step++;
+        if (task->after_step) task->after_step(task->context, model, s.step);
         s.cursor += micro_count;
         bool epoch_done = s.cursor >= micro_batches_per_epoch;
         if (epoch_done) s.epoch++, s.cursor = 0;

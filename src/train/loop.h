@@ -112,6 +112,15 @@ typedef struct {
     // Optional: training example i's length in tokens (its longest row), for
     // TrainOptions.group_by_length; NULL: the task cannot be grouped by length.
     int (*example_length)(void *context, long example);
+    // Optional: run on every rank after each optimizer step (`step`: the steps taken so far,
+    // this one included), before that step's evaluation and checkpoint: TR-DPO's reference
+    // update (train/dpo.c).
+    void (*after_step)(void *context, Model *model, long step);
+    // Optional (NULL: none): a second model written whole into every checkpoint, in the
+    // subfolder checkpoint_model_name, for the task's command to read back on --resume
+    // (TR-DPO's moving reference). Rank 0's copy is written: every rank must hold the same.
+    const char *checkpoint_model_name;
+    const Model *checkpoint_model;
     void *context;
 } TrainTask;
 

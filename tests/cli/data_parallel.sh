@@ -413,6 +413,13 @@ ranks 2 "$bin" dpo "${dpo_args[@]}" --output "$tmp/dpo_two" 2> "$tmp/dpo_two.err
 close "$(json_values "$tmp/dpo_one/metrics.jsonl" train/loss) $(json_values "$tmp/dpo_one/metrics.jsonl" eval/margin)" \
       "$(json_values "$tmp/dpo_two/metrics.jsonl" train/loss) $(json_values "$tmp/dpo_two/metrics.jsonl" eval/margin)" 1e-5 &&
     pass dpo_two_ranks_same_training || fail dpo_two_ranks_same_training "$(tail -n 2 "$tmp/dpo_two.err")"
+# TR-DPO: every rank mixes the same reference and scores its share of the rows again.
+sync=(--sync-ref-model --ref-model-sync-steps 2 --ref-model-mixup-alpha 0.5)
+"$bin" dpo "${dpo_args[@]}" "${sync[@]}" --gradient-accumulation-steps 2 --output "$tmp/dpo_sync_one" 2> /dev/null
+ranks 2 "$bin" dpo "${dpo_args[@]}" "${sync[@]}" --output "$tmp/dpo_sync_two" 2> "$tmp/dpo_sync_two.err"
+close "$(json_values "$tmp/dpo_sync_one/metrics.jsonl" train/loss) $(json_values "$tmp/dpo_sync_one/metrics.jsonl" eval/margin)" \
+      "$(json_values "$tmp/dpo_sync_two/metrics.jsonl" train/loss) $(json_values "$tmp/dpo_sync_two/metrics.jsonl" eval/margin)" 1e-5 &&
+    pass dpo_sync_ref_model_two_ranks || fail dpo_sync_ref_model_two_ranks "$(tail -n 2 "$tmp/dpo_sync_two.err")"
 
 # --- KTO: each micro-batch estimates its own KL baseline, so two ranks = one with accumulation
 kto_args=(--model "$model" --data "$data/pairs.jsonl" --eval-data "$data/pairs_eval.jsonl" --max-seq-len 32

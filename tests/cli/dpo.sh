@@ -187,6 +187,80 @@ same_losses "$tmp/rows" "$tmp/padding_free" 7 2> "$tmp/padding_free.cmp" &&
     pass "dpo_padding_free_same_losses ($(cat "$tmp/padding_free.cmp"))" ||
     fail dpo_padding_free_same_losses "$(cat "$tmp/padding_free.cmp") $(tail -n 1 "$tmp/padding_free.err")"
 
+# --- TR-DPO (--sync-ref-model, TRL's sync_ref_model) ----------------------------------------
+# With --ref-model-mixup-alpha 1 and a sync after every step the reference is always the policy
+# as the step begins, so every step's loss is log 2 (without: only the first); with alpha 0.5
+# every 2 steps the checkpoint's reference/ is half the policy of step 2 and half the starting
+# weights; a run resumed between two syncs ends as the one that never stopped, bit for bit.
+# (No warmup in the first two runs: a first step at learning rate 0 would leave the policy
+# where it started, and the second loss at log 2 without the option too.)
+sync_args=("${args[@]}" --sync-ref-model --eval-every 0)
+"$bin" dpo "${sync_args[@]}" --max-steps 4 --num-warmup-steps 0 --ref-model-mixup-alpha 1 --ref-model-sync-steps 1 \
+    --output "$tmp/sync_1" 2> "$tmp/sync_1.err"
+"$bin" dpo "${args[@]}" --max-steps 4 --num-warmup-steps 0 --eval-every 0 --output "$tmp/sync_none" 2> "$tmp/sync_none.err"
+python3 - "$(json_values "$tmp/sync_1/metrics.jsonl" train/loss)" "$(json_values "$tmp/sync_none/metrics.jsonl" train/loss)" << 'EOF' &&
+import math, sys
+synced, fixed = [list(map(float, s.split())) for s in sys.argv[1:3]]
+print(f"synced {synced}, fixed {fixed}", file=sys.stderr)
+sys.exit(0 if len(synced) == len(fixed) == 4 and all(abs(x - math.log(2)) < 1e-6 for x in synced)
+         and abs(fixed[0] - math.log(2)) < 1e-6 and all(abs(x - math.log(2)) > 1e-4 for x in fixed[1:]) else 1)
+EOF
+    pass dpo_sync_ref_model_every_step || fail dpo_sync_ref_model_every_step "$(tail -n 2 "$tmp/sync_1.err")"
+mix_args=("${sync_args[@]}" --ref-model-mixup-alpha 0.5 --ref-model-sync-steps 2 --save-every 1 --keep-last 0)
+"$bin" dpo "${mix_args[@]}" --max-steps 4 --output "$tmp/sync_mix" 2> "$tmp/sync_mix.err"
+python3 - "$model/model.safetensors" "$tmp/sync_mix/checkpoint-2/model.safetensors" \
+    "$tmp/sync_mix/checkpoint-2/reference/model.safetensors" "$tmp/sync_mix/checkpoint-3/reference/model.safetensors" << 'EOF' &&
+import array, json, struct, sys
+def tensors(path):
+    with open(path, "rb") as f:
+        header = json.loads(f.read(struct.unpack("<Q", f.read(8))[0]))
+        body = f.read()
+    out = {}
+    for name, t in header.items():
+        if name == "__metadata__":
+            continue
+        begin, end = t["data_offsets"]
+        raw = body[begin:end]
+        if t["dtype"] == "F32":
+            out[name] = array.array("f", raw)
+        elif t["dtype"] == "BF16":  # widened: a bf16 is the top half of a float
+            out[name] = array.array("f", b"".join(b"\0\0" + raw[i:i + 2] for i in range(0, len(raw), 2)))
+    return out
+start, policy, reference, later = map(tensors, sys.argv[1:5])
+worst, count = 0.0, 0
+for name, r in reference.items():
+    want = [0.5 * a + 0.5 * b for a, b in zip(start[name], policy[name])]
+    worst = max([worst] + [abs(x - y) / max(abs(y), 1e-3) for x, y in zip(r, want)])
+    count += len(r)
+moved = any(a != b for name in reference for a, b in zip(reference[name], start[name]))
+print(f"{count} reference weights, worst relative difference {worst:.2e} from 0.5 policy + 0.5 start", file=sys.stderr)
+sys.exit(0 if count > 0 and worst <= 1e-6 and moved and later == reference else 1)
+EOF
+    pass dpo_sync_ref_model_mix || fail dpo_sync_ref_model_mix "$(tail -n 2 "$tmp/sync_mix.err")"
+rm -rf "$tmp/sync_resumed" && mkdir -p "$tmp/sync_resumed" && cp -r "$tmp/sync_mix/checkpoint-3" "$tmp/sync_resumed/"
+mix_told=(); for arg in "${mix_args[@]}"; do [ "$arg" != --quiet ] && mix_told+=("$arg"); done
+"$bin" dpo "${mix_told[@]}" --max-steps 4 --resume --output "$tmp/sync_resumed" 2> "$tmp/sync_resumed.err"
+grep -q "scored 0 rows (the rest from the checkpoint)" "$tmp/sync_resumed.err" &&
+    grep -q "the reference moved 1 times" "$tmp/sync_resumed.err" &&
+    cmp -s "$tmp/sync_mix/final/model.safetensors" "$tmp/sync_resumed/final/model.safetensors" &&
+    pass dpo_sync_ref_model_resume_bit_identical ||
+    fail dpo_sync_ref_model_resume_bit_identical "$(grep 'dpo:' "$tmp/sync_resumed.err" | tail -n 3)"
+expect_error dpo_sync_ref_model_resume_without "made with --sync-ref-model, this run has none" \
+    "$bin" dpo "${args[@]}" --eval-every 0 --save-every 1 --max-steps 4 --resume --output "$tmp/sync_resumed"
+rm -rf "$tmp/plain_resumed" && mkdir -p "$tmp/plain_resumed" && cp -r "$tmp/cached/checkpoint-3" "$tmp/plain_resumed/"
+expect_error dpo_sync_ref_model_resume_plain "made without --sync-ref-model" \
+    "$bin" dpo "${mix_args[@]}" --resume --output "$tmp/plain_resumed"
+expect_error dpo_sync_ref_model_other_alpha "--ref-model-mixup-alpha 0.5 --ref-model-sync-steps 2, this run has 0.6" \
+    "$bin" dpo "${sync_args[@]}" --ref-model-sync-steps 2 --save-every 1 --keep-last 0 --max-steps 4 --resume \
+    --output "$tmp/sync_resumed"
+expect_error dpo_sync_ref_model_lora "not with LoRA" "$bin" dpo "${sync_args[@]}" --lora-rank 4 --output "$tmp/x1"
+expect_error dpo_sync_ref_model_simpo "--loss simpo has no reference" "$bin" dpo "${sync_args[@]}" --loss simpo \
+    --output "$tmp/x1"
+expect_error dpo_sync_ref_model_alpha_0 "--ref-model-mixup-alpha must be in (0, 1]" "$bin" dpo "${sync_args[@]}" \
+    --ref-model-mixup-alpha 0 --output "$tmp/x1"
+expect_error dpo_sync_steps_without_sync "--ref-model-sync-steps applies with --sync-ref-model" "$bin" dpo "${args[@]}" \
+    --ref-model-sync-steps 8 --output "$tmp/x1"
+
 # --- bad options and data --------------------------------------------------------------------
 expect_error dpo_bad_loss "--loss" "$bin" dpo --model "$model" --data "$data/pairs.jsonl" --output "$tmp/x1" --loss kto_pair
 expect_error dpo_bad_beta "--beta" "$bin" dpo --model "$model" --data "$data/pairs.jsonl" --output "$tmp/x2" --beta 0
