@@ -8,9 +8,7 @@
 #include "cli/commands.h"
 #include "cli/train_options.h"
 #include "core/check.h"
-#include "io/fs.h"
 #include "model/weights_io.h"
-#include "train/checkpoint.h"
 #include "train/dpo.h"
 
 // The next comma-separated item of *cursor (cut out in place, spaces around it trimmed), or
@@ -69,27 +67,12 @@ static void parse_loss_weights(const char *list, int count, double *weights) {
     if (given != count) die_user("option --loss-weights: %d weights for %d losses in --loss", given, count);
 }
 
-// --sync-ref-model on --resume: the reference/ folder of the checkpoint the run resumes from
-// (xmalloc'd), or NULL when it starts afresh. A checkpoint without one was made without the
-// option: an error.
-static char *resumed_reference_dir(const TrainOptions *options) {
-    char *checkpoint = options->resume ? checkpoint_latest(options->run_dir) : NULL;
-    if (!checkpoint) return NULL;
-    char *dir = checkpoint_model_dir(checkpoint, "reference");
-    if (!fs_is_dir(dir))
-        die_user("%s was made without --sync-ref-model (it holds no reference/): resume it without the option",
-                 checkpoint);
-    free(checkpoint);
-    return dir;
-}
-
 int cmd_dpo(int argc, char **argv) {
     TrainerCli c = trainer_cli_defaults(1e-6, 0.1, 0.0, 2); // learning rate, warmup ratio, weight decay, data phase
     char *model_path = NULL, *output = NULL, *reference_path = NULL, *loss_name = "sigmoid";
     char *divergence_name = "reverse-kl", *loss_weights = NULL;
-    bool use_weighting = false, padding_free = false, sync_ref_model = false;
-    double ref_model_mixup_alpha = 0.6;
-    long ref_model_sync_steps = 512;
+    bool use_weighting = false, padding_free = false;
+    ReferenceSyncCli sync = reference_sync_cli_defaults();
     double beta = 0.1, label_smoothing = 0.0, simpo_gamma = 0.5, discopop_tau = 0.05, sft_weight = 0.0, f_alpha = 0.5;
     double ld_alpha = 1.0, cpo_alpha = NAN; // NAN: --cpo-alpha not given (0 for simpo and alphapo, else 1)
     double alphapo_alpha = NAN;             // NAN: --alphapo-alpha not given (0: the log-probs themselves)
@@ -137,17 +120,10 @@ int cmd_dpo(int argc, char **argv) {
         {"padding-free", "padding_free", OPT_BOOL, &padding_free,
          "run each micro-batch's rows side by side in one row, each attending to itself only (TRL's padding_free): "
          "the same sums, no padding computed", false, false},
-        {"sync-ref-model", "sync_ref_model", OPT_BOOL, &sync_ref_model,
-         "TR-DPO: every --ref-model-sync-steps steps the reference becomes --ref-model-mixup-alpha x policy + "
-         "(1 - it) x reference and scores the data again (TRL's sync_ref_model; the reference held in memory)",
-         false, false},
-        {"ref-model-mixup-alpha", "ref_model_mixup_alpha", OPT_FLOAT, &ref_model_mixup_alpha,
-         "--sync-ref-model: the policy's share of the new reference, in (0, 1]", false, false},
-        {"ref-model-sync-steps", "ref_model_sync_steps", OPT_INT, &ref_model_sync_steps,
-         "--sync-ref-model: optimizer steps between reference updates", false, false},
     };
-    const Option *mixup_option = &options[18], *sync_steps_option = &options[19];
-    int count = 20 + trainer_cli_options(&c, options + 20);
+    const Option *sync_options = &options[17];
+    int count = 17 + reference_sync_cli_options(&sync, options + 17);
+    count += trainer_cli_options(&c, options + count);
     CHECK(count <= (int)(sizeof options / sizeof options[0]), "option table too small");
     OptionSet set = {"dpo", "Direct preference optimization of a policy on chosen/rejected pairs (DPO and its variants, IPO, AOT, CPO, SimPO, AlphaPO, ORPO...).",
                      "marlhf dpo --model SFT_MODEL --data PAIRS.jsonl --output RUN_DIR [options]", options, count, NULL, 0, 0};
@@ -248,21 +224,7 @@ int cmd_dpo(int argc, char **argv) {
         die_user("option --discopop-tau must be positive, got %g", discopop_tau);
     trainer_cli_finish(&c, output);
     cli_set_batch_invariant(&set, c.device);
-    if (!sync_ref_model && (mixup_option->seen || sync_steps_option->seen))
-        die_user("option --%s applies with --sync-ref-model", mixup_option->seen ? mixup_option->name
-                                                                                  : sync_steps_option->name);
-    if (sync_ref_model) {
-        if (!dpo_loss_uses_reference(loss.loss))
-            die_user("option --sync-ref-model: --loss %s has no reference", loss_name);
-        if (!(ref_model_mixup_alpha > 0 && ref_model_mixup_alpha <= 1))
-            die_user("option --ref-model-mixup-alpha must be in (0, 1], got %g", ref_model_mixup_alpha);
-        if (ref_model_sync_steps < 1)
-            die_user("option --ref-model-sync-steps must be at least 1, got %ld", ref_model_sync_steps);
-        // The mix is of whole weights; a LoRA policy's reference is its own base (TRL refuses
-        // PEFT here too), and under ZeRO-3 no rank holds the policy whole.
-        if (c.lora.rank > 0) die_user("option --sync-ref-model mixes whole weights: not with LoRA adapters");
-        if (c.zero_stage == 3) die_user("option --sync-ref-model needs the policy's weights whole: not with --zero-stage 3");
-    }
+    reference_sync_cli_check(&sync, sync_options, &c, dpo_loss_uses_reference(loss.loss), loss_name);
     if (dpo_options_sort_batch(&loss) && c.micro_batch == 1 && !c.quiet)
         fprintf(stderr, "dpo: warning: --loss %s with --per-device-train-batch-size 1 has nothing to sort: each pair's "
                         "loss is sigmoid's (with --label-smoothing)\n", loss_name);
@@ -285,19 +247,9 @@ int cmd_dpo(int argc, char **argv) {
     const ModelLoadOptions load = {.with_lm_head = true, .keep_range = trainer_cli_keep_range(&c)};
     trainer_cli_load_model(&c, model_path, &load, false, &model);
     model.packed_rows_only = padding_free; // its response batches run in one row (train/response_logps.c)
-    // TR-DPO holds its reference through training; a resumed run's is its checkpoint's (it has
-    // moved since the start).
-    char *resumed_reference = sync_ref_model ? resumed_reference_dir(&c.train) : NULL;
-    if (resumed_reference) {
-        const ModelLoadOptions reference_load = {.with_lm_head = true};
-        if (model_load(&reference, resumed_reference, model.ops, &reference_load) != 0) die_from_err();
-    } else if (reference_path || sync_ref_model) {
-        trainer_cli_load_reference(&c, reference_path ? reference_path : model_path, tokenizer, &model, &reference);
-    }
-    if (sync_ref_model && (reference.table.total != model.table.total || reference.table.count != model.table.count))
-        die_user("option --sync-ref-model mixes the reference's weights with the policy's, and %s is not shaped as %s",
-                 resumed_reference ? resumed_reference : reference_path, model_path);
-    free(resumed_reference);
+    // TR-DPO holds its reference through training (on --resume its checkpoint's: it has moved).
+    if (sync.enabled) reference_sync_cli_load(&c, reference_path, model_path, tokenizer, &model, &reference);
+    else if (reference_path) trainer_cli_load_reference(&c, reference_path, tokenizer, &model, &reference);
     if (!c.quiet)
         fprintf(stderr, "dpo: %ld training pairs (%ld dropped, %ld cut at %ld tokens), %ld eval pairs, loss %s, beta %g\n",
                 task.train_count, task.dropped, task.truncated, c.max_seq_len, task.eval_count, loss_name, beta);
@@ -305,16 +257,14 @@ int cmd_dpo(int argc, char **argv) {
     // policy's own in train_run (TrainTask.prepare), on the model as it trains (under ZeRO-3
     // sharded, so no rank ever holds the whole policy) -- on --resume taken from the
     // checkpoint, which keeps them.
-    if (sync_ref_model) {
+    if (sync.enabled) {
         dpo_task_reference_model(&task, &reference, &c.train);
-        task.sync_reference = &reference;
-        task.sync_mixup_alpha = ref_model_mixup_alpha;
-        task.sync_steps = ref_model_sync_steps;
+        task.sync = (ReferenceSync){.model = &reference, .mixup_alpha = sync.mixup_alpha, .steps = sync.steps};
         if (!c.quiet)
             fprintf(stderr, "dpo: the reference (%s) scored %ld rows (the rest from the checkpoint); it moves towards "
                             "the policy every %ld steps\n",
                     reference_path ? reference_path : "the policy's starting weights", task.reference_rows_scored,
-                    ref_model_sync_steps);
+                    sync.steps);
     } else if (reference_path) {
         dpo_task_reference_model(&task, &reference, &c.train);
         model_free(&reference);
@@ -334,9 +284,9 @@ int cmd_dpo(int argc, char **argv) {
     if (!c.quiet && task.reference_from_policy)
         fprintf(stderr, "dpo: the starting weights scored %ld rows for the reference (the rest from the checkpoint)\n",
                 task.reference_rows_scored);
-    if (task.sync_reference) {
+    if (task.sync.model) {
         if (!c.quiet)
-            fprintf(stderr, "dpo: the reference moved %ld times, scoring %ld rows in all\n", task.syncs,
+            fprintf(stderr, "dpo: the reference moved %ld times, scoring %ld rows in all\n", task.sync.updates,
                     task.reference_rows_scored);
         model_free(&reference);
     }

@@ -47,6 +47,7 @@ int cmd_kto(int argc, char **argv) {
     char *model_path = NULL, *output = NULL, *reference_path = NULL, *loss_name = "kto";
     double beta = 0.1, desirable_weight = 1.0, undesirable_weight = 1.0;
     bool padding_free = false;
+    ReferenceSyncCli sync = reference_sync_cli_defaults();
     Option options[64] = {
         {"model", "model_name_or_path", OPT_STRING, &model_path, "the policy to train, usually the SFT model", true, false},
         {"output", "output_dir", OPT_STRING, &output, "run folder (metrics, checkpoints, final model in final/)", true, false},
@@ -63,7 +64,9 @@ int cmd_kto(int argc, char **argv) {
          "run each micro-batch's rows side by side in one row, each attending to itself only (TRL's padding_free): "
          "the same sums, no padding computed", false, false},
     };
-    int count = 8 + trainer_cli_options(&c, options + 8);
+    const Option *sync_options = &options[8];
+    int count = 8 + reference_sync_cli_options(&sync, options + 8);
+    count += trainer_cli_options(&c, options + count);
     CHECK(count <= (int)(sizeof options / sizeof options[0]), "option table too small");
     OptionSet set = {"kto", "KTO: learn from completions labelled desirable or undesirable (or from pairs).",
                      "marlhf kto --model SFT_MODEL --data FILE.jsonl --output RUN_DIR [options]", options, count, NULL, 0, 0};
@@ -82,6 +85,7 @@ int cmd_kto(int argc, char **argv) {
                  desirable_weight != 1.0 ? "desirable-weight" : "undesirable-weight");
     trainer_cli_finish(&c, output);
     cli_set_batch_invariant(&set, c.device);
+    reference_sync_cli_check(&sync, sync_options, &c, true, loss_name);
 
     Tokenizer *tokenizer;
     if (tokenizer_load(&tokenizer, model_path) != 0) die_from_err();
@@ -102,7 +106,9 @@ int cmd_kto(int argc, char **argv) {
     const ModelLoadOptions load = {.with_lm_head = true, .keep_range = trainer_cli_keep_range(&c)};
     trainer_cli_load_model(&c, model_path, &load, false, &model);
     model.packed_rows_only = padding_free; // its response batches run in one row (train/response_logps.c)
-    if (reference_path) trainer_cli_load_reference(&c, reference_path, tokenizer, &model, &reference);
+    // TR-DPO's reference is held through training (on --resume its checkpoint's: it has moved).
+    if (sync.enabled) reference_sync_cli_load(&c, reference_path, model_path, tokenizer, &model, &reference);
+    else if (reference_path) trainer_cli_load_reference(&c, reference_path, tokenizer, &model, &reference);
     if (!c.quiet) {
         const long undesirable = task.train.count - task.train_desirable_count;
         fprintf(stderr, "kto: %ld training examples (%ld desirable, %ld undesirable; %ld dropped, %ld cut at %ld tokens), "
@@ -121,7 +127,10 @@ int cmd_kto(int argc, char **argv) {
     // The reference's log-probs of every row and mismatched row (KTO's loss only), once,
     // before any step: --reference-model's here, the policy's own in train_run
     // (TrainTask.prepare, as dpo) -- on --resume taken from the checkpoint, which keeps them.
-    if (reference_path) {
+    if (sync.enabled) {
+        kto_task_reference_model(&task, &reference, &c.train);
+        task.sync = (ReferenceSync){.model = &reference, .mixup_alpha = sync.mixup_alpha, .steps = sync.steps};
+    } else if (reference_path) {
         kto_task_reference_model(&task, &reference, &c.train);
         model_free(&reference);
     } else {
@@ -135,6 +144,10 @@ int cmd_kto(int argc, char **argv) {
     if (!c.quiet)
         fprintf(stderr, "kto: final model in %s/final (%ld mismatched rows scored for a KL baseline)\n", output,
                 task.kl_rows_scored);
+    if (task.sync.model) {
+        if (!c.quiet) fprintf(stderr, "kto: the reference moved %ld times\n", task.sync.updates);
+        model_free(&reference);
+    }
     model_free(&model);
     kto_task_free(&task);
     examples_free(&examples), examples_free(&eval_examples);

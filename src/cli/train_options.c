@@ -11,9 +11,12 @@
 #include "data/split.h"
 #include "dist/dist.h"
 #include "dist/zero.h"
+#include "io/fs.h"
 #include "model/lora.h"
 #include "model/bnb_checkpoint.h"
 #include "model/quantize.h"
+#include "train/checkpoint.h"
+#include "train/reference_sync.h"
 
 // The six LoRA options of each prefix: name, aliases, help. Names are literals because an
 // Option holds pointers, not copies.
@@ -413,6 +416,57 @@ void trainer_cli_load_reference(const TrainerCli *cli, const char *path, const T
     if (reference->config.vocab_size != policy->config.vocab_size)
         die_user("the reference model's vocabulary (%d) is not the policy's (%d) (--reference-model)",
                  reference->config.vocab_size, policy->config.vocab_size);
+}
+
+ReferenceSyncCli reference_sync_cli_defaults(void) { return (ReferenceSyncCli){.mixup_alpha = 0.6, .steps = 512}; }
+
+int reference_sync_cli_options(ReferenceSyncCli *cli, Option *o) {
+    o[0] = (Option){"sync-ref-model", "sync_ref_model", OPT_BOOL, &cli->enabled,
+                    "TR-DPO: every --ref-model-sync-steps steps the reference becomes --ref-model-mixup-alpha x "
+                    "policy + (1 - it) x reference and scores the data again (TRL's sync_ref_model; the reference "
+                    "held in memory)",
+                    false, false};
+    o[1] = (Option){"ref-model-mixup-alpha", "ref_model_mixup_alpha", OPT_FLOAT, &cli->mixup_alpha,
+                    "--sync-ref-model: the policy's share of the new reference, in (0, 1]", false, false};
+    o[2] = (Option){"ref-model-sync-steps", "ref_model_sync_steps", OPT_INT, &cli->steps,
+                    "--sync-ref-model: optimizer steps between reference updates", false, false};
+    return 3;
+}
+
+void reference_sync_cli_check(const ReferenceSyncCli *cli, const Option *o, const TrainerCli *trainer,
+                              bool loss_has_reference, const char *loss_name) {
+    if (!cli->enabled && (o[1].seen || o[2].seen))
+        die_user("option --%s applies with --sync-ref-model", o[1].seen ? o[1].name : o[2].name);
+    if (!cli->enabled) return;
+    if (!loss_has_reference) die_user("option --sync-ref-model: --loss %s has no reference", loss_name);
+    if (!(cli->mixup_alpha > 0 && cli->mixup_alpha <= 1))
+        die_user("option --ref-model-mixup-alpha must be in (0, 1], got %g", cli->mixup_alpha);
+    if (cli->steps < 1) die_user("option --ref-model-sync-steps must be at least 1, got %ld", cli->steps);
+    // The mix is of whole weights; a LoRA policy's reference is its own base (TRL refuses PEFT
+    // here too), and under ZeRO-3 no rank holds the policy whole.
+    if (trainer->lora.rank > 0) die_user("option --sync-ref-model mixes whole weights: not with LoRA adapters");
+    if (trainer->zero_stage == 3)
+        die_user("option --sync-ref-model needs the policy's weights whole: not with --zero-stage 3");
+}
+
+void reference_sync_cli_load(const TrainerCli *cli, const char *reference_path, const char *model_path,
+                             const Tokenizer *tokenizer, const Model *policy, Model *reference) {
+    char *checkpoint = cli->train.resume ? checkpoint_latest(cli->train.run_dir) : NULL;
+    char *dir = checkpoint ? checkpoint_model_dir(checkpoint, REFERENCE_SYNC_FOLDER) : NULL;
+    if (dir && !fs_is_dir(dir))
+        die_user("%s was made without --sync-ref-model (it holds no %s/): resume it without the option", checkpoint,
+                 REFERENCE_SYNC_FOLDER);
+    const char *from = dir ? dir : reference_path ? reference_path : model_path;
+    if (dir) { // written by this run's own checkpoint, with the policy's tokenizer
+        const ModelLoadOptions load = {.with_lm_head = true};
+        if (model_load(reference, dir, policy->ops, &load) != 0) die_from_err();
+    } else {
+        trainer_cli_load_reference(cli, from, tokenizer, policy, reference);
+    }
+    if (reference->table.total != policy->table.total || reference->table.count != policy->table.count)
+        die_user("option --sync-ref-model mixes the reference's weights with the policy's, and %s is not shaped as %s",
+                 from, model_path);
+    free(dir), free(checkpoint);
 }
 
 const char **trainer_cli_prompts(const Dataset *d) {

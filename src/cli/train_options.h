@@ -92,6 +92,28 @@ void trainer_cli_load_model(const TrainerCli *cli, const char *path, const Model
 // vocabulary. Exits 2 on error.
 void trainer_cli_load_reference(const TrainerCli *cli, const char *path, const Tokenizer *tokenizer, const Model *policy,
                                 Model *reference);
+// --sync-ref-model, --ref-model-mixup-alpha, --ref-model-sync-steps (dpo, kto; TRL's names):
+// a reference that follows the policy (train/reference_sync.h).
+typedef struct {
+    bool enabled;
+    double mixup_alpha;
+    long steps;
+} ReferenceSyncCli;
+// TRL's defaults: alpha 0.6, every 512 steps, off.
+ReferenceSyncCli reference_sync_cli_defaults(void);
+// Fills options[0, 3) with the three options bound to `cli`; returns 3.
+int reference_sync_cli_options(ReferenceSyncCli *cli, Option *options);
+// After trainer_cli_finish: the values, and the refusals (alpha or steps without
+// --sync-ref-model, a loss without a reference -- `loss_name` -- LoRA, ZeRO-3), exit 2 naming
+// the option. `options`: the three entries reference_sync_cli_options filled, as parsed.
+void reference_sync_cli_check(const ReferenceSyncCli *cli, const Option *options, const TrainerCli *trainer,
+                              bool loss_has_reference, const char *loss_name);
+// The reference of a --sync-ref-model run: on --resume its checkpoint's REFERENCE_SYNC_FOLDER
+// (it has moved since the start; a checkpoint without one is an error), else `reference_path`
+// (--reference-model) or the policy's starting weights (`model_path`), shaped as `policy`.
+// Exits 2 on error.
+void reference_sync_cli_load(const TrainerCli *cli, const char *reference_path, const char *model_path,
+                             const Tokenizer *tokenizer, const Model *policy, Model *reference);
 // The prompts of a dataset's rows (an array of count + 1 pointers into the dataset).
 const char **trainer_cli_prompts(const Dataset *d);
 // The responses of each row, best first, K per row ([i*K + k]): chosen and rejected for

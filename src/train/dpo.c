@@ -323,52 +323,28 @@ static void dpo_save_state(void *context, json_t *state) {
                        task->train_reference);
     response_sums_save(state, "dpo_reference_eval", &task->eval, task->options.ld_alpha, task->reference_fingerprint,
                        task->eval_reference);
+    reference_sync_save_state(&task->sync, state);
 }
 
-// The reference follows the policy (--sync-ref-model): its settings are part of the run, and a
-// checkpoint's reference/ (which the command read) is that run's reference.
-static void dpo_save_sync_state(void *context, json_t *state) {
-    const DpoTask *task = context;
-    dpo_save_state(context, state);
-    json_object_set_new(state, "dpo_sync_ref_model",
-                        json_pack("{s:f, s:I}", "mixup_alpha", task->sync_mixup_alpha, "sync_steps",
-                                  (json_int_t)task->sync_steps));
-}
-
+// A checkpoint of a reference that follows the policy (--sync-ref-model) resumes only a run
+// that has one too, with the same settings (its reference/, which the command read, is that
+// run's reference). Missing or stale sums are computed again, not an error.
 static int dpo_load_state(void *context, const json_t *state, const char *checkpoint) {
-    const DpoTask *task = context;
-    const json_t *sync = json_object_get(state, "dpo_sync_ref_model");
-    if (task->sync_reference) {
-        const double alpha = json_number_value(json_object_get(sync, "mixup_alpha"));
-        const long steps = (long)json_integer_value(json_object_get(sync, "sync_steps"));
-        if (!sync)
-            return err_set("checkpoint was made without --sync-ref-model, this run has it (%s): another reference",
-                           checkpoint);
-        if (fabs(alpha - task->sync_mixup_alpha) > 1e-12 || steps != task->sync_steps)
-            return err_set("checkpoint was made with --ref-model-mixup-alpha %g --ref-model-sync-steps %ld, this run "
-                           "has %g and %ld (%s)",
-                           alpha, steps, task->sync_mixup_alpha, task->sync_steps, checkpoint);
-    } else if (sync) {
-        return err_set("checkpoint was made with --sync-ref-model, this run has none (%s): another reference",
-                       checkpoint);
-    }
-    // Missing or stale sums are computed again, not an error.
-    load_reference_sums(context, state);
+    DpoTask *task = context;
+    if (reference_sync_check_state(&task->sync, state, checkpoint) != 0) return -1;
+    load_reference_sums(task, state);
     return 0;
 }
 
-// TR-DPO's update after optimizer step `step`: the reference moves towards the policy (on
-// every rank alike: the same weights, the same mix) and scores the rows again.
+// TR-DPO: after each update the reference scores the rows again.
 static void dpo_after_step(void *context, Model *model, long step) {
     DpoTask *task = context;
-    if (step % task->sync_steps != 0) return;
-    Model *reference = task->sync_reference;
-    dist_moving_average(reference, model, (float)(1.0 - task->sync_mixup_alpha));
+    if (!reference_sync_after_step(&task->sync, model, step)) return;
+    Model *reference = task->sync.model;
     task->reference_fingerprint = response_reference_fingerprint(reference);
     dpo_task_compute_reference(task, reference);
     task->reference_rows_scored += task->train.count + task->eval.count;
-    task->syncs++;
-    model_release_activations(reference); // its scoring batches' memory, until the next sync
+    model_release_activations(reference); // its scoring batches' memory, until the next update
 }
 
 // Micro-batches, and evaluation chunks of 4 pairs (dpo_evaluate), of two rows a pair.
@@ -396,16 +372,14 @@ TrainTask dpo_train_task(DpoTask *task) {
         .micro_step = dpo_micro_step,
         .evaluate = task->eval_count > 0 ? dpo_evaluate : NULL,
         .prepare = task->reference_from_policy ? dpo_prepare : NULL,
-        .save_state = task->sync_reference                                     ? dpo_save_sync_state
-                      : task->reference_from_policy || task->reference_fingerprint ? dpo_save_state
-                                                                                   : NULL,
+        .save_state = task->reference_from_policy || task->reference_fingerprint ? dpo_save_state : NULL,
         // (Every run with a reference checks that a checkpoint's reference was not a moving one.)
         .load_state = task->reference_from_policy || task->reference_fingerprint ? dpo_load_state : NULL,
         .largest_batch = dpo_largest_batch,
         .example_length = dpo_example_length,
-        .after_step = task->sync_reference ? dpo_after_step : NULL,
-        .checkpoint_model_name = task->sync_reference ? "reference" : NULL,
-        .checkpoint_model = task->sync_reference,
+        .after_step = task->sync.model ? dpo_after_step : NULL,
+        .checkpoint_model_name = task->sync.model ? REFERENCE_SYNC_FOLDER : NULL,
+        .checkpoint_model = task->sync.model,
         .context = task,
     };
 }

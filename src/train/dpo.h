@@ -32,7 +32,7 @@
 // The reference never runs during training: its log-prob sums of every row, train and
 // eval, are computed once before the first step (dpo_task_compute_reference), by the
 // policy's starting weights (the usual reference: the SFT model) or by --reference-model
-// (with --sync-ref-model, TR-DPO, again after each of the reference's updates: below).
+// (with --sync-ref-model, TR-DPO, again after each of the reference's updates: DpoTask.sync).
 // That is TRL's precompute_ref_log_probs, here the only way: one forward over the data
 // instead of one per step, and no second model in memory while training. They ride in every
 // checkpoint, so --resume takes them from it (where they were made from the same rows,
@@ -43,6 +43,7 @@
 // accuracy (chosen reward above rejected).
 #pragma once
 #include "train/losses.h"
+#include "train/reference_sync.h"
 #include "train/sft.h"
 
 typedef struct {
@@ -65,16 +66,10 @@ typedef struct {
     // Rows the reference scored (0 when a resumed run's checkpoint held every sum:
     // dpo_train_task's save_state keeps them).
     long reference_rows_scored;
-    // --sync-ref-model (TR-DPO, Gorbatovski et al. 2024; TRL's sync_ref_model): the reference
-    // is sync_reference, a model of the policy's shape held through training; after every
-    // sync_steps-th optimizer step it becomes mixup_alpha x policy + (1 - mixup_alpha) x itself
-    // (TRL's SyncRefModelCallback) and scores every row again, so each step's loss is against
-    // the reference of the last sync, as in TRL. It rides in every checkpoint ("reference/"),
-    // which --resume reads back (the command loads it from there). NULL: a fixed reference.
-    Model *sync_reference;
-    double sync_mixup_alpha;
-    long sync_steps;
-    long syncs; // reference updates so far in this process
+    // --sync-ref-model (TR-DPO, train/reference_sync.h): the reference held beside the policy
+    // and moved towards it every sync.steps steps, after which it scores every row again.
+    // sync.model NULL: a fixed reference.
+    ReferenceSync sync;
 } DpoTask;
 
 // DPO_LOSS_NAMES (train/losses.h); TRL's names of the same losses (nca_pair, apo_zero...) too

@@ -339,6 +339,7 @@ static void kto_save_state(void *context, json_t *state) {
         response_sums_save(state, "kto_reference_train_kl", &task->train_kl, 0, source, task->train_kl_reference);
         response_sums_save(state, "kto_reference_eval_kl", &task->eval_kl, 0, source, task->eval_kl_reference);
     }
+    reference_sync_save_state(&task->sync, state);
     if (task->options.loss != KTO_LOSS_BCO) return;
     json_object_set_new(state, "bco_reward_mean", json_real(task->bco_mean));
     json_object_set_new(state, "bco_reward_count", json_real(task->bco_count));
@@ -361,6 +362,8 @@ static int kto_load_state(void *context, const json_t *state, const char *checkp
     const char *loss = kto_loss_name(task->options.loss);
     if (strcmp(saved, loss) != 0)
         return err_set("checkpoint was made with --loss %s, this run has --loss %s (%s)", saved, loss, checkpoint);
+    // A reference that follows the policy resumes only such a run (its reference/ is the run's).
+    if (reference_sync_check_state(&task->sync, state, checkpoint) != 0) return -1;
     // Missing or stale sums are computed again (kto_prepare).
     if (task->reference_from_policy) load_reference_sums(task, state);
     if (task->options.loss != KTO_LOSS_BCO) return 0;
@@ -385,6 +388,15 @@ static void kto_prepare(void *context, Model *model) {
     if (reference_known(task)) return;
     kto_task_compute_reference(task, model);
     model_release_activations(model); // sized for the reference's batches
+}
+
+// TR-DPO's update (--sync-ref-model): after it the reference scores every row again.
+static void kto_after_step(void *context, Model *model, long step) {
+    KtoTask *task = context;
+    if (!reference_sync_after_step(&task->sync, model, step)) return;
+    task->reference_fingerprint = response_reference_fingerprint(task->sync.model);
+    kto_task_compute_reference(task, task->sync.model);
+    model_release_activations(task->sync.model); // its scoring batches' memory, until the next update
 }
 
 void kto_task_reference_model(KtoTask *task, Model *reference, const TrainOptions *options) {
@@ -438,6 +450,9 @@ TrainTask kto_train_task(KtoTask *task) {
         .prepare = task->reference_from_policy ? kto_prepare : NULL,
         .largest_batch = kto_largest_batch,
         .example_length = kto_example_length,
+        .after_step = task->sync.model ? kto_after_step : NULL,
+        .checkpoint_model_name = task->sync.model ? REFERENCE_SYNC_FOLDER : NULL,
+        .checkpoint_model = task->sync.model,
         .context = task,
     };
     if (task->options.loss == KTO_LOSS_APO_ZERO_UNPAIRED) train.metric_names[0] = "accuracy", train.metric_names[1] = NULL;

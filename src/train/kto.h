@@ -44,6 +44,7 @@
 #include <stdbool.h>
 
 #include "train/losses.h"
+#include "train/reference_sync.h"
 #include "train/sft.h"
 
 typedef struct {
@@ -72,6 +73,9 @@ typedef struct {
     // --reference-model's fingerprint, as DpoTask.reference_fingerprint (0 without one).
     bool reference_from_policy;
     uint64_t reference_fingerprint;
+    // --sync-ref-model (train/reference_sync.h), as DpoTask.sync: after each update the
+    // reference scores every row and mismatched row again. sync.model NULL: a fixed reference.
+    ReferenceSync sync;
 } KtoTask;
 
 // "kto" | "apo-zero-unpaired" | "bco"; -1 for another name.

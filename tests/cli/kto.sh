@@ -137,6 +137,32 @@ same_losses "$tmp/rows" "$tmp/padding_free" 7 2> "$tmp/padding_free.cmp" &&
     pass "kto_padding_free_same_losses ($(cat "$tmp/padding_free.cmp"))" ||
     fail kto_padding_free_same_losses "$(cat "$tmp/padding_free.cmp") $(tail -n 1 "$tmp/padding_free.err")"
 
+# --sync-ref-model (TR-DPO, TRL's KTOConfig sync_ref_model): with alpha 1 and an update after
+# every step the reference is the policy as each step begins, so every log-ratio, and the KL
+# baseline, is 0 and every step's loss 0.5 (without the option only the first is); resumed
+# between two updates (alpha 0.5, every 2 steps), a run ends as the one that never stopped.
+sync_args=("${args[@]}" --data "$data/pairs.jsonl" --sync-ref-model --eval-every 0 --num-warmup-steps 0 --max-steps 4)
+"$bin" kto "${sync_args[@]}" --ref-model-mixup-alpha 1 --ref-model-sync-steps 1 --output "$tmp/sync_1" 2> "$tmp/sync_1.err"
+python3 - "$(json_values "$tmp/sync_1/metrics.jsonl" train/loss)" << 'PYEOF' &&
+import sys
+losses = list(map(float, sys.argv[1].split()))
+print(f"losses {losses}", file=sys.stderr)
+sys.exit(0 if len(losses) == 4 and all(abs(x - 0.5) < 1e-6 for x in losses) else 1)
+PYEOF
+    pass kto_sync_ref_model_every_step || fail kto_sync_ref_model_every_step "$(tail -n 2 "$tmp/sync_1.err")"
+mix_args=("${sync_args[@]}" --ref-model-mixup-alpha 0.5 --ref-model-sync-steps 2 --save-every 1 --keep-last 0)
+"$bin" kto "${mix_args[@]}" --output "$tmp/sync_mix" 2> "$tmp/sync_mix.err"
+rm -rf "$tmp/sync_resumed" && mkdir -p "$tmp/sync_resumed" && cp -r "$tmp/sync_mix/checkpoint-3" "$tmp/sync_resumed/"
+"$bin" kto "${mix_args[@]}" --resume --output "$tmp/sync_resumed" 2> "$tmp/sync_resumed.err"
+[ -d "$tmp/sync_mix/checkpoint-3/reference" ] &&
+    cmp -s "$tmp/sync_mix/final/model.safetensors" "$tmp/sync_resumed/final/model.safetensors" &&
+    ! cmp -s "$tmp/sync_mix/checkpoint-2/reference/model.safetensors" "$model/model.safetensors" &&
+    pass kto_sync_ref_model_resume_bit_identical ||
+    fail kto_sync_ref_model_resume_bit_identical "$(tail -n 2 "$tmp/sync_resumed.err")"
+expect_error kto_sync_ref_model_resume_without "made with --sync-ref-model, this run has none" \
+    "$bin" kto "${args[@]}" --data "$data/pairs.jsonl" --eval-every 0 --save-every 1 --max-steps 4 --resume \
+    --output "$tmp/sync_resumed"
+
 # --- apo-zero-unpaired: no KL baseline, so no mismatched rows -------------------------------
 # Not --quiet: the last line counts the mismatched rows the process scored.
 "$bin" kto "${loud_args[@]}" --loss apo-zero-unpaired --data "$data/pairs.jsonl" --eval-every 6 --output "$tmp/apo" \
