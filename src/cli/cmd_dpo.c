@@ -224,7 +224,8 @@ int cmd_dpo(int argc, char **argv) {
         die_user("option --discopop-tau must be positive, got %g", discopop_tau);
     trainer_cli_finish(&c, output);
     cli_set_batch_invariant(&set, c.device);
-    reference_sync_cli_check(&sync, sync_options, &c, dpo_loss_uses_reference(loss.loss), loss_name);
+    reference_sync_cli_check(&sync, sync_options, dpo_loss_uses_reference(loss.loss), loss_name, c.lora.rank > 0,
+                             c.zero_stage);
     if (dpo_options_sort_batch(&loss) && c.micro_batch == 1 && !c.quiet)
         fprintf(stderr, "dpo: warning: --loss %s with --per-device-train-batch-size 1 has nothing to sort: each pair's "
                         "loss is sigmoid's (with --label-smoothing)\n", loss_name);

@@ -85,7 +85,7 @@ int cmd_kto(int argc, char **argv) {
                  desirable_weight != 1.0 ? "desirable-weight" : "undesirable-weight");
     trainer_cli_finish(&c, output);
     cli_set_batch_invariant(&set, c.device);
-    reference_sync_cli_check(&sync, sync_options, &c, true, loss_name);
+    reference_sync_cli_check(&sync, sync_options, true, loss_name, c.lora.rank > 0, c.zero_stage);
 
     Tokenizer *tokenizer;
     if (tokenizer_load(&tokenizer, model_path) != 0) die_from_err();

@@ -237,6 +237,9 @@ int cmd_ppo(int argc, char **argv) {
     LoraCli actor_lora = {0}, critic_lora = {0};
     count += lora_cli_options(&actor_lora, "actor-", options + count);
     count += lora_cli_options(&critic_lora, "critic-", options + count);
+    ReferenceSyncCli sync = reference_sync_cli_defaults();
+    const Option *sync_options = options + count;
+    count += reference_sync_cli_options(&sync, options + count);
     CHECK(count <= (int)(sizeof options / sizeof options[0]), "ppo option table too small");
     OptionSet set = {"ppo", "PPO / MA-PPO (or critic-free GRPO / RLOO): train the actor against a reward with macro actions.",
                      "marlhf ppo --actor-model SFT --reward-model RM --prompts FILE --output RUN_DIR [options]", options,
@@ -430,6 +433,10 @@ int cmd_ppo(int argc, char **argv) {
         die_user("option --critic-lora-rank: --advantage-estimator %s has no critic", estimator);
     lora_cli_check_zero_stage(&c.actor_lora, "actor-", actor_quantize, zero_stage);
     lora_cli_check_zero_stage(&c.critic_lora, "critic-", critic_quantize, zero_stage);
+    reference_sync_cli_check(&sync, sync_options, true, NULL, c.actor_lora.rank > 0 || actor_lora.adapter, zero_stage);
+    c.sync_ref_model = sync.enabled;
+    c.ref_model_mixup_alpha = sync.mixup_alpha;
+    c.ref_model_sync_steps = sync.steps;
     c.actor_lora_adapter = actor_lora.adapter, c.critic_lora_adapter = critic_lora.adapter;
     // A bitsandbytes 4-bit actor (or critic) checkpoint is a quantized base as --actor-quantize
     // makes one (model/bnb_checkpoint.h): its own quantization, checked as that option is below.

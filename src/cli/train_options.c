@@ -422,9 +422,9 @@ ReferenceSyncCli reference_sync_cli_defaults(void) { return (ReferenceSyncCli){.
 
 int reference_sync_cli_options(ReferenceSyncCli *cli, Option *o) {
     o[0] = (Option){"sync-ref-model", "sync_ref_model", OPT_BOOL, &cli->enabled,
-                    "TR-DPO: every --ref-model-sync-steps steps the reference becomes --ref-model-mixup-alpha x "
-                    "policy + (1 - it) x reference and scores the data again (TRL's sync_ref_model; the reference "
-                    "held in memory)",
+                    "TR-DPO: every --ref-model-sync-steps optimizer steps the reference becomes "
+                    "--ref-model-mixup-alpha x policy + (1 - it) x reference (TRL's sync_ref_model; the reference "
+                    "held in memory, saved in checkpoints)",
                     false, false};
     o[1] = (Option){"ref-model-mixup-alpha", "ref_model_mixup_alpha", OPT_FLOAT, &cli->mixup_alpha,
                     "--sync-ref-model: the policy's share of the new reference, in (0, 1]", false, false};
@@ -433,8 +433,8 @@ int reference_sync_cli_options(ReferenceSyncCli *cli, Option *o) {
     return 3;
 }
 
-void reference_sync_cli_check(const ReferenceSyncCli *cli, const Option *o, const TrainerCli *trainer,
-                              bool loss_has_reference, const char *loss_name) {
+void reference_sync_cli_check(const ReferenceSyncCli *cli, const Option *o, bool loss_has_reference,
+                              const char *loss_name, bool adapted, long zero_stage) {
     if (!cli->enabled && (o[1].seen || o[2].seen))
         die_user("option --%s applies with --sync-ref-model", o[1].seen ? o[1].name : o[2].name);
     if (!cli->enabled) return;
@@ -444,8 +444,8 @@ void reference_sync_cli_check(const ReferenceSyncCli *cli, const Option *o, cons
     if (cli->steps < 1) die_user("option --ref-model-sync-steps must be at least 1, got %ld", cli->steps);
     // The mix is of whole weights; a LoRA policy's reference is its own base (TRL refuses PEFT
     // here too), and under ZeRO-3 no rank holds the policy whole.
-    if (trainer->lora.rank > 0) die_user("option --sync-ref-model mixes whole weights: not with LoRA adapters");
-    if (trainer->zero_stage == 3)
+    if (adapted) die_user("option --sync-ref-model mixes whole weights: not with LoRA adapters");
+    if (zero_stage == 3)
         die_user("option --sync-ref-model needs the policy's weights whole: not with --zero-stage 3");
 }
 

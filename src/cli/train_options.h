@@ -103,11 +103,11 @@ typedef struct {
 ReferenceSyncCli reference_sync_cli_defaults(void);
 // Fills options[0, 3) with the three options bound to `cli`; returns 3.
 int reference_sync_cli_options(ReferenceSyncCli *cli, Option *options);
-// After trainer_cli_finish: the values, and the refusals (alpha or steps without
-// --sync-ref-model, a loss without a reference -- `loss_name` -- LoRA, ZeRO-3), exit 2 naming
-// the option. `options`: the three entries reference_sync_cli_options filled, as parsed.
-void reference_sync_cli_check(const ReferenceSyncCli *cli, const Option *options, const TrainerCli *trainer,
-                              bool loss_has_reference, const char *loss_name);
+// After parsing: the values, and the refusals (alpha or steps without --sync-ref-model, a
+// loss without a reference -- `loss_name` -- an adapted policy, ZeRO-3), exit 2 naming the
+// option. `options`: the three entries reference_sync_cli_options filled, as parsed.
+void reference_sync_cli_check(const ReferenceSyncCli *cli, const Option *options, bool loss_has_reference,
+                              const char *loss_name, bool adapted, long zero_stage);
 // The reference of a --sync-ref-model run: on --resume its checkpoint's REFERENCE_SYNC_FOLDER
 // (it has moved since the start; a checkpoint without one is an error), else `reference_path`
 // (--reference-model) or the policy's starting weights (`model_path`), shaped as `policy`.

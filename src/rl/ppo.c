@@ -30,6 +30,7 @@
 #include "tokenizer/tokenizer.h"
 #include "train/adamw.h"
 #include "train/checkpoint.h"
+#include "train/reference_sync.h"
 #include "train/loop.h"
 #include "train/lr_schedule.h"
 #include "train/metrics.h"
@@ -179,6 +180,8 @@ typedef struct {
     // With actor LoRA and no --reference-model, the reference is the actor with its
     // adapters switched off: the frozen base is the policy PPO started from.
     bool reference_is_actor_base;
+    // --sync-ref-model: the reference follows the actor (model NULL: it stays as it started).
+    ReferenceSync reference_sync;
     AdamW actor_optimizer, critic_optimizer;
     LrSchedule actor_schedule, critic_schedule;
     PromptSet prompts, eval_prompts;
@@ -880,6 +883,8 @@ static void train_on_rollout(Ppo *p, const Rollout *r, TrainStats *stats) {
                 stats->critic_grad_norm += norm;
             }
             p->optimizer_steps++;
+            // TR-DPO's update (TRL's GRPO sync_ref_model): the next rollout's KL is against it.
+            reference_sync_after_step(&p->reference_sync, &p->actor, p->optimizer_steps);
             stats->steps++;
         }
     }
@@ -1078,10 +1083,17 @@ static int write_checkpoint(Ppo *p, const AdamW *actor_moments, const AdamW *cri
     if (p->has_hacking_first) json_object_set_new(state, "hacking_first", hacking_signals_to_json(&p->hacking_first));
     json_object_set_new(state, "hacking_active", json_integer(p->hacking_active));
     checkpoint_record_batch_invariant(state, p->actor.ops);
-    CheckpointModel models[3] = {{"actor", &p->actor, actor_moments}, {"critic", &p->critic, critic_moments},
-                                 {"actor_ema", &p->ema, NULL}};
-    if (!p->has_critic) models[1] = models[2]; // actor and EMA only
-    int count = 1 + p->has_critic + p->c.ema;
+    reference_sync_save_state(&p->reference_sync, state);
+    // The models in order, those the run has: actor, critic, EMA, a reference that follows the actor.
+    const CheckpointModel all[4] = {{"actor", &p->actor, actor_moments},
+                                    {"critic", &p->critic, critic_moments},
+                                    {"actor_ema", &p->ema, NULL},
+                                    {REFERENCE_SYNC_FOLDER, &p->reference, NULL}};
+    const bool has[4] = {true, p->has_critic, p->c.ema, p->reference_sync.model != NULL};
+    CheckpointModel models[4];
+    int count = 0;
+    for (int i = 0; i < 4; i++)
+        if (has[i]) models[count++] = all[i];
     int rc = checkpoint_save(p->c.run_dir, p->iteration, models, count, p->tokenizer, state, (int)p->c.keep_last);
     json_decref(state);
     return rc;
@@ -1176,11 +1188,14 @@ static int resume(Ppo *p) {
         rc = err_set("checkpoint was made with --ptx-packing %s, this run has %s (%s): other PTX rows", saved_ptx_packing,
                      ptx_packing_name(&p->c), checkpoint);
     if (rc == 0) rc = checkpoint_check_batch_invariant(state, p->actor.ops, checkpoint);
+    if (rc == 0) rc = reference_sync_check_state(&p->reference_sync, state, checkpoint);
     char *actor_dir = checkpoint_model_dir(checkpoint, "actor"), *critic_dir = checkpoint_model_dir(checkpoint, "critic");
     char *ema_dir = checkpoint_model_dir(checkpoint, "actor_ema");
+    char *reference_dir = checkpoint_model_dir(checkpoint, REFERENCE_SYNC_FOLDER);
     if (rc == 0) rc = model_reload_weights(&p->actor, actor_dir, load_range(p));
     if (rc == 0 && p->has_critic) rc = model_reload_weights(&p->critic, critic_dir, load_range(p));
     if (rc == 0 && p->c.ema) rc = model_reload_weights(&p->ema, ema_dir, load_range(p));
+    if (rc == 0 && p->reference_sync.model) rc = model_reload_weights(&p->reference, reference_dir, load_range(p));
     if (rc == 0) rc = checkpoint_load_optimizer(checkpoint, "actor", &p->actor, &p->actor_optimizer);
     if (rc == 0 && p->has_critic) rc = checkpoint_load_optimizer(checkpoint, "critic", &p->critic, &p->critic_optimizer);
     if (rc == 0) {
@@ -1199,7 +1214,7 @@ static int resume(Ppo *p) {
         p->hacking_active = p->has_hacking_first ? (unsigned)number(state, "hacking_active") : 0;
         if (!p->c.quiet) fprintf(stderr, "resuming from %s (iteration %ld)\n", checkpoint, p->iteration);
     }
-    free(actor_dir), free(critic_dir), free(ema_dir), free(checkpoint);
+    free(actor_dir), free(critic_dir), free(ema_dir), free(reference_dir), free(checkpoint);
     json_decref(state);
     return rc;
 }
@@ -1582,6 +1597,17 @@ static int setup(Ppo *p) {
     dist_adamw_init(&p->actor_optimizer, &p->actor, adamw, c->zero_stage);
     if (p->has_critic) dist_adamw_init(&p->critic_optimizer, &p->critic, adamw, c->zero_stage);
     if (c->ema) dist_weights_shard_like(&p->ema, &p->actor); // ZeRO-3: the actor's shards
+    if (c->sync_ref_model) {
+        // The mix is of whole float weights of the actor's shape (cmd_ppo refused LoRA and ZeRO-3).
+        if (p->reference_is_actor_base || p->reference.quantized || p->reference.lora.rank > 0)
+            return err_set("--sync-ref-model mixes the actor's float weights into the reference's: not with a quantized "
+                           "reference (--reference-quantize) or adapters");
+        if (p->reference.table.total != p->actor.table.total || p->reference.table.count != p->actor.table.count)
+            return err_set("--sync-ref-model mixes the reference's weights with the actor's, and %s is not shaped as %s",
+                           c->reference_path ? c->reference_path : c->actor_path, c->actor_path);
+        p->reference_sync = (ReferenceSync){.model = &p->reference, .mixup_alpha = c->ref_model_mixup_alpha,
+                                            .steps = c->ref_model_sync_steps};
+    }
     p->kl_coef = c->advantage.kl_coef;
     reserve_activations(p);
     return 0;

@@ -128,6 +128,12 @@ typedef struct {
     double entropy_coef, ptx_coef;
     bool ema;
     double ema_beta;
+    // --sync-ref-model (train/reference_sync.h): every ref_model_sync_steps optimizer steps the
+    // reference becomes ref_model_mixup_alpha x actor + (1 - it) x itself (TRL's GRPOConfig
+    // sync_ref_model); it rides in checkpoints. A float reference of the actor's shape only.
+    bool sync_ref_model;
+    double ref_model_mixup_alpha;
+    long ref_model_sync_steps;
     bool gradient_checkpointing;
     // The old log-probs are those of the training forward, not of an experience pass over the
     // rollout, when they are needed for the ratio alone and the ratio is 1 by construction: one

@@ -302,6 +302,37 @@ run grpo_kl_loss --advantage-estimator grpo --samples-per-prompt 2 --kl-ctl 0 --
 [ -f "$tmp/grpo_kl_loss/final/actor/model.safetensors" ] && ! cmp -s "$tmp/grpo_kl_loss/final/actor/model.safetensors" \
     "$tmp/grpo_no_kl/final/actor/model.safetensors" && pass grpo_kl_loss || fail grpo_kl_loss "$(tail -n 3 "$tmp/grpo_kl_loss.err")"
 expect_error bad_kl_loss_coef "--kl-loss-coef" "$bin" ppo "${common[@]}" --output "$tmp/x" --kl-loss-coef -1
+# --sync-ref-model (TRL's GRPO sync_ref_model): with alpha 1 and an update after every optimizer
+# step the reference is the actor as each rollout begins, so every iteration's KL is 0 (without
+# the option the third is not); with alpha 0.5 every 2 steps the checkpoints hold the moved
+# reference, and a run resumed from iteration 3's ends as the one that never stopped.
+grpo_sync=(--advantage-estimator grpo --samples-per-prompt 2 --termination-condition token --sync-ref-model)
+run grpo_sync_1 "${grpo_sync[@]}" --ref-model-mixup-alpha 1 --ref-model-sync-steps 1
+run grpo_nosync --advantage-estimator grpo --samples-per-prompt 2 --termination-condition token
+python3 - "$tmp/grpo_sync_1/metrics.jsonl" "$tmp/grpo_nosync/metrics.jsonl" << 'PYEOF' &&
+import json, sys
+synced, fixed = [[r["train/kl"] for r in map(json.loads, open(p)) if "train/kl" in r] for p in sys.argv[1:3]]
+print(f"kl with the update {synced}, without {fixed}", file=sys.stderr)
+sys.exit(0 if len(synced) == len(fixed) == 3 and all(abs(k) < 1e-6 for k in synced) and abs(fixed[-1]) > 1e-3 else 1)
+PYEOF
+    pass grpo_sync_ref_model_every_step || fail grpo_sync_ref_model_every_step "$(tail -n 2 "$tmp/grpo_sync_1.err")"
+grpo_mix=("${grpo_sync[@]}" --ref-model-mixup-alpha 0.5 --ref-model-sync-steps 2 --max-iterations 4 --save-every 1 --keep-last 0)
+run grpo_sync_mix "${grpo_mix[@]}"
+rm -rf "$tmp/grpo_sync_resumed" && mkdir -p "$tmp/grpo_sync_resumed" &&
+    cp -r "$tmp/grpo_sync_mix/checkpoint-3" "$tmp/grpo_sync_resumed/"
+run grpo_sync_resumed "${grpo_mix[@]}" --resume
+[ -d "$tmp/grpo_sync_mix/checkpoint-3/reference" ] &&
+    ! cmp -s "$tmp/grpo_sync_mix/checkpoint-3/reference/model.safetensors" "$model/model.safetensors" &&
+    cmp -s "$tmp/grpo_sync_mix/final/actor/model.safetensors" "$tmp/grpo_sync_resumed/final/actor/model.safetensors" &&
+    pass grpo_sync_ref_model_resume_bit_identical ||
+    fail grpo_sync_ref_model_resume_bit_identical "$(tail -n 2 "$tmp/grpo_sync_resumed.err")"
+expect_error grpo_sync_ref_model_resume_without "made with --sync-ref-model, this run has none" \
+    "$bin" ppo "${common[@]}" --advantage-estimator grpo --samples-per-prompt 2 --termination-condition token \
+    --max-iterations 4 --save-every 1 --resume --output "$tmp/grpo_sync_resumed"
+expect_error grpo_sync_ref_model_lora "not with LoRA" "$bin" ppo "${common[@]}" "${grpo_sync[@]}" --actor-lora-rank 4 \
+    --output "$tmp/x"
+expect_error grpo_sync_ref_model_quantized "not with a quantized reference" "$bin" ppo "${common[@]}" "${grpo_sync[@]}" \
+    --reference-quantize q8_0 --output "$tmp/x"
 # An on-policy step (one PPO epoch, one minibatch, no KL in the reward) takes its old
 # log-probs from the training forward: the experience pass skips the actor (TRL's GRPO does
 # the same). Where the BLAS rounds a row the same whatever its batch-mates and padding, the
