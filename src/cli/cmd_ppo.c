@@ -50,7 +50,7 @@ int cmd_ppo(int argc, char **argv) {
     bool keep_duplicates = false, paper_randomized = false, ppl_monotone = false, whiten = false, normalize = false;
     bool ema = false, hybrid_engine = false, resume = false, quiet = false, checkpointing = false, filter_groups = false, recompute_old = false,
          old_from_rollout = false;
-    bool batch_invariant = false;
+    bool batch_invariant = false, mask_truncated = false;
     Option options[144] = {
         {"actor-model", "actor_model_name_or_path model", OPT_STRING, &actor, "the SFT model (actor and, by default, reference)", true, false},
         {"reward-model", "reward_model critic_model_name_or_path_for_reward", OPT_STRING, &reward_model, "the reward model (frozen)", false, false},
@@ -178,6 +178,10 @@ int cmd_ppo(int argc, char **argv) {
         {"filter-groups", "dynamic_filtering filter_groups", OPT_BOOL, &filter_groups,
          "leave out of training the groups whose responses all scored the same (DAPO's dynamic sampling, no refill)", false,
          false},
+        {"mask-truncated-completions", "mask_truncated_completions", OPT_BOOL, &mask_truncated,
+         "leave the responses that hit --max-new-tokens without a stop token out of the actor's loss (TRL's "
+         "mask_truncated_completions, DAPO's overlong filtering): a sequence mean still counts them, a token mean "
+         "does not", false, false},
         {"max-generation-rounds", "max_num_gen_batches", OPT_INT, &max_generation_rounds,
          "with --filter-groups: generate up to this many rounds of --rollout-batch-size prompts per iteration to refill "
          "the batch with groups that were not filtered (DAPO; 1: no refill)", false, false},
@@ -407,6 +411,7 @@ int cmd_ppo(int argc, char **argv) {
         die_user("option --filter-groups needs groups of responses: --advantage-estimator grpo, dr-grpo, rloo or "
                  "reinforce++-baseline");
     c.filter_groups = filter_groups;
+    c.mask_truncated = mask_truncated;
     if (max_generation_rounds > 1 && !filter_groups)
         die_user("option --max-generation-rounds refills what --filter-groups leaves out; add --filter-groups");
     c.max_generation_rounds = (int)max_generation_rounds;

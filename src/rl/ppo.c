@@ -413,6 +413,7 @@ typedef struct {
     int count;       // kept samples, in rollout order
     int *lengths;    // [count] response lengths
     int *groups;     // [count] the prompt (within the iteration) each sample answers
+    unsigned char *truncated; // [count] 1: the response hit max_new_tokens without a stop token
     Sample **local;  // [count] this rank's Sample, NULL where another rank holds it
 } Rollout;
 
@@ -420,15 +421,16 @@ typedef struct {
 // another; rollout_free releases the arrays (not the Samples, which the rounds own).
 static Rollout rollout_new(long capacity) {
     return (Rollout){.lengths = xmalloc((capacity + 1) * sizeof(int)), .groups = xmalloc((capacity + 1) * sizeof(int)),
-                     .local = xmalloc((capacity + 1) * sizeof(Sample *))};
+                     .truncated = xmalloc((size_t)capacity + 1), .local = xmalloc((capacity + 1) * sizeof(Sample *))};
 }
 
 static void rollout_append(Rollout *to, const Rollout *from, int q) {
     to->lengths[to->count] = from->lengths[q], to->groups[to->count] = from->groups[q];
+    to->truncated[to->count] = from->truncated[q];
     to->local[to->count++] = from->local[q];
 }
 
-static void rollout_free(Rollout *r) { free(r->lengths), free(r->groups), free(r->local); }
+static void rollout_free(Rollout *r) { free(r->lengths), free(r->groups), free(r->truncated), free(r->local); }
 
 // This rank's samples among positions[0..count) of the rollout, in that order.
 static int local_samples(const Rollout *r, const int *positions, int count, Sample **out) {
@@ -685,12 +687,20 @@ typedef struct {
 
 // The weight of each token of this rank's samples in the mean over the whole minibatch
 // (positions[0..count) of the rollout, whichever rank holds them).
+// --mask-truncated-completions: a truncated response's tokens weigh 0 and a token mean
+// counts only the others' (TRL's dapo normalisation); a sequence mean still divides by every
+// response (TRL's grpo, dr_grpo).
 static void set_loss_scales(const Ppo *p, const Rollout *r, const int *positions, int count) {
     double tokens = 0;
-    for (int i = 0; i < count; i++) tokens += r->lengths[positions[i]];
+    for (int i = 0; i < count; i++)
+        if (!(p->c.mask_truncated && r->truncated[positions[i]])) tokens += r->lengths[positions[i]];
     for (int i = 0; i < count; i++) {
         Sample *s = r->local[positions[i]];
         if (!s) continue;
+        if (p->c.mask_truncated && r->truncated[positions[i]]) {
+            s->loss_scale = 0;
+            continue;
+        }
         switch (p->c.loss_aggregation) {
         case LOSS_TOKEN_MEAN: s->loss_scale = (float)(1.0 / tokens); break;
         case LOSS_SEQUENCE_MEAN_TOKEN_SUM_NORM: s->loss_scale = (float)(1.0 / ((double)p->c.max_new_tokens * count)); break;
@@ -1767,10 +1777,15 @@ int ppo_run(const PpoConfig *config) {
             free(chosen), free(mine);
             double g1 = now_seconds();
             time_generation += g1 - g0;
-            // Every rank learns every row's response length.
-            double *lengths = xcalloc(per_iteration, sizeof(double));
-            for (long k = 0; k < local_rows; k++) lengths[rank + k * world] = samples[k].response_length;
-            dist_sum_doubles(lengths, per_iteration);
+            // Every rank learns every row's response length, and whether it was cut at
+            // max_new_tokens (lengths[per_iteration + b]).
+            double *lengths = xcalloc(2 * per_iteration, sizeof(double));
+            for (long k = 0; k < local_rows; k++) {
+                lengths[rank + k * world] = samples[k].response_length;
+                lengths[per_iteration + rank + k * world] =
+                    samples[k].stop != STOP_TOKEN && samples[k].stop != STOP_CHECK;
+            }
+            dist_sum_doubles(lengths, 2 * per_iteration);
             Rollout fresh = rollout_new(per_iteration);
             for (long b = 0; b < per_iteration; b++) {
                 if (lengths[b] < p->c.min_response_tokens) {
@@ -1779,6 +1794,7 @@ int ppo_run(const PpoConfig *config) {
                 }
                 fresh.groups[fresh.count] = (int)(rounds * prompts_per_iteration + b / group); // distinct across rounds
                 fresh.lengths[fresh.count] = (int)lengths[b];
+                fresh.truncated[fresh.count] = lengths[per_iteration + b] > 0;
                 fresh.local[fresh.count++] = b % world == rank ? &samples[b / world] : NULL;
             }
             free(lengths);

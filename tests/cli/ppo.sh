@@ -302,6 +302,34 @@ run grpo_kl_loss --advantage-estimator grpo --samples-per-prompt 2 --kl-ctl 0 --
 [ -f "$tmp/grpo_kl_loss/final/actor/model.safetensors" ] && ! cmp -s "$tmp/grpo_kl_loss/final/actor/model.safetensors" \
     "$tmp/grpo_no_kl/final/actor/model.safetensors" && pass grpo_kl_loss || fail grpo_kl_loss "$(tail -n 3 "$tmp/grpo_kl_loss.err")"
 expect_error bad_kl_loss_coef "--kl-loss-coef" "$bin" ppo "${common[@]}" --output "$tmp/x" --kl-loss-coef -1
+# --mask-truncated-completions (TRL's, DAPO's overlong filtering): only the responses that
+# stopped train the actor. The fixture model rarely says EOS, so the actor here is one SFT made
+# to answer in one short sentence. With the option an iteration has an actor gradient (and a
+# policy loss) exactly when some of its responses stopped -- in 3 tokens the first iterations'
+# none do, in 12 some do at every iteration; without it every iteration has one.
+"$bin" sft --model "$model" --data "$data/sft.jsonl" --max-seq-len 32 --learning-rate 3e-3 --num-train-epochs 6 \
+    --threads 2 --quiet --output "$tmp/short_answers" 2> "$tmp/short_answers.err"
+short=("${common[@]}" --actor-model "$tmp/short_answers/final" --max-iterations 4)
+for case in "3 on" "3 off" "12 on"; do
+    set -- $case
+    mask=(); [ $2 = on ] && mask=(--mask-truncated-completions)
+    "$bin" ppo "${short[@]}" --max-new-tokens $1 "${mask[@]}" --output "$tmp/mask_$1_$2" 2> "$tmp/mask_$1_$2.err"
+done
+python3 - "$tmp" << 'PYEOF' &&
+import json, sys
+def rows(name):
+    return [(r["train/stopped_fraction"], r["train/actor_grad_norm"], r["train/policy_loss"])
+            for r in map(json.loads, open(f"{sys.argv[1]}/{name}/metrics.jsonl")) if "train/actor_grad_norm" in r]
+none_on, none_off, some_on = rows("mask_3_on"), rows("mask_3_off"), rows("mask_12_on")
+print(f"(stopped fraction, actor grad norm, policy loss) in 3 tokens: {none_on}; without the option: {none_off}; "
+      f"in 12 tokens: {some_on}", file=sys.stderr)
+ok = len(none_on) == len(none_off) == len(some_on) == 4
+ok &= all((s > 0) == (g > 0) and (s > 0 or l == 0) for s, g, l in none_on + some_on)
+ok &= any(s == 0 for s, _, _ in none_on) and any(s > 0 for s, _, _ in none_on + some_on)
+ok &= all(g > 0 for _, g, _ in none_off)
+sys.exit(0 if ok else 1)
+PYEOF
+    pass ppo_mask_truncated_completions || fail ppo_mask_truncated_completions "$(tail -n 2 "$tmp/mask_3_on.err")"
 # --sync-ref-model (TRL's GRPO sync_ref_model): with alpha 1 and an update after every optimizer
 # step the reference is the actor as each rollout begins, so every iteration's KL is 0 (without
 # the option the third is not); with alpha 0.5 every 2 steps the checkpoints hold the moved
