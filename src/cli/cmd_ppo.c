@@ -179,7 +179,7 @@ int cmd_ppo(int argc, char **argv) {
          "leave out of training the groups whose responses all scored the same (DAPO's dynamic sampling, no refill)", false,
          false},
         {"mask-truncated-completions", "mask_truncated_completions", OPT_BOOL, &mask_truncated,
-         "leave the responses that hit --max-new-tokens without a stop token out of the actor's loss (TRL's "
+         "leave the responses that hit --max-new-tokens without a stop token out of the losses (TRL's "
          "mask_truncated_completions, DAPO's overlong filtering): a sequence mean still counts them, a token mean "
          "does not", false, false},
         {"max-generation-rounds", "max_num_gen_batches", OPT_INT, &max_generation_rounds,

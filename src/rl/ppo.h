@@ -121,10 +121,11 @@ typedef struct {
     // max_generation_rounds - 1 further rounds of rollout_batch prompts refill the batch to
     // rollout_batch groups (verl's max_num_gen_batches; 1: no refill).
     bool filter_groups;
-    // Responses that hit max_new_tokens without a stop token are left out of the actor's loss
-    // (TRL's mask_truncated_completions; DAPO's overlong filtering): their tokens weigh 0, a
-    // token mean counts only the others', a sequence mean still counts them (TRL's
-    // normalisations alike). The critic and the advantages still see them.
+    // Responses that hit max_new_tokens without a stop token are left out of the losses
+    // (TRL's mask_truncated_completions; DAPO's overlong filtering): their tokens weigh 0 (the
+    // actor's terms and the critic's value loss), a token mean counts only the others', a
+    // sequence mean still counts them (TRL's normalisations alike). Their rewards still count
+    // in the advantages.
     bool mask_truncated;
     int max_generation_rounds;
     int overlong_buffer;      // DAPO's soft overlong punishment (rl/advantage.h overlong_penalty); 0: off
