@@ -205,13 +205,17 @@ static void test_clip_higher(void) {
 // autograd): grpo (the clipped ratio with eps_high 0.28), cispo and sapo, each with the ratio
 // per token and per response (GSPO's sequence level), luspo (grpo summed over the response's
 // tokens) at both levels, and vespo (TRL's own get_gamma_weights), both advantage signs, 1 to
-// 12 tokens. One response, so TRL's per-response token mean is our sum times 1/R (luspo: 1).
+// 12 tokens; TRL 1.16's delta (the clipped loss's ratio capped: PpoLossConfig.ratio_cap) and
+// top_entropy_quantile (the tokens below the entropies' quantile masked: here, as
+// actor_micro_step does, their advantages zeroed after ppo_quantile's threshold). One
+// response, so TRL's per-response token mean is our sum times 1/R (luspo: 1).
 static void test_policy_losses_against_trl(void) {
     json_error_t error;
     json_t *root = json_load_file("tests/fixtures/ppo/grpo_losses.json", 0, &error);
     CHECK(root, "grpo_losses.json: %s", error.text);
     size_t index;
     json_t *c;
+    int capped_cases = 0, capped_changes = 0, masked_cases = 0;
     json_array_foreach(json_object_get(root, "losses"), index, c) {
         PpoLossConfig config = {0};
         const char *type = json_string_value(json_object_get(c, "loss_type"));
@@ -235,8 +239,28 @@ static void test_policy_losses_against_trl(void) {
         floats(json_object_get(c, "logp_new"), logp_new);
         for (int t = 0; t < R; t++) advantages[t] = (float)json_number_value(json_object_get(c, "advantage")), segments[t] = 1;
         const float scale = token_sum ? 1.0f : 1.0f / R;
-        double loss = ppo_policy_loss(&config, logp_new, logp_old, advantages, segments, R, R, scale, grad, NULL) * scale;
         char what[96];
+        config.ratio_cap = (float)json_number_value(json_object_get(c, "delta"));
+        const double quantile = json_number_value(json_object_get(c, "entropy_quantile"));
+        if (quantile < 1) { // the 80/20 rule
+            float entropies[16];
+            floats(json_object_get(c, "entropies"), entropies);
+            const double threshold = ppo_quantile(entropies, R, 1 - quantile);
+            snprintf(what, sizeof what, "case %zu entropy threshold", index);
+            EXPECT_CLOSE(threshold, json_number_value(json_object_get(c, "entropy_threshold")), 1e-6, 1e-6, what);
+            for (int t = 0; t < R; t++)
+                if (entropies[t] < threshold) advantages[t] = 0;
+            masked_cases++;
+        }
+        if (config.ratio_cap > 0) { // the cap must change something among the cases
+            PpoLossConfig uncapped = config;
+            uncapped.ratio_cap = 0;
+            capped_changes += ppo_policy_loss(&uncapped, logp_new, logp_old, advantages, segments, R, R, scale, NULL,
+                                              NULL) != ppo_policy_loss(&config, logp_new, logp_old, advantages,
+                                                                       segments, R, R, scale, NULL, NULL);
+            capped_cases++;
+        }
+        double loss = ppo_policy_loss(&config, logp_new, logp_old, advantages, segments, R, R, scale, grad, NULL) * scale;
         snprintf(what, sizeof what, "case %zu (%s, %s, R=%d) loss", index, type,
                  json_string_value(json_object_get(c, "level")), R);
         EXPECT_CLOSE(loss, json_number_value(json_object_get(c, "loss")), 1e-6, 1e-5, what);
@@ -245,6 +269,9 @@ static void test_policy_losses_against_trl(void) {
             EXPECT_CLOSE(grad[t], json_number_value(json_array_get(json_object_get(c, "grad"), t)), 1e-6, 1e-4, what);
         }
     }
+    EXPECT(capped_cases == 8 && masked_cases == 8 && capped_changes > 0,
+           "%d delta cases (%d of them changed by it), %d entropy-masked cases (want 8, some, 8)", capped_cases,
+           capped_changes, masked_cases);
     // scale_rewards="batch": r - group mean over the rollout's standard deviation.
     json_array_foreach(json_object_get(root, "batch_scaling"), index, c) {
         double rewards[32], got[32];

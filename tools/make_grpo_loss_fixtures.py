@@ -29,8 +29,11 @@ from trl.trainer.utils import nanstd
 rng = random.Random(23)
 
 
-def policy_case(loss_type, level, advantage, R, spread):
-    """One response of R tokens: TRL's per-token loss and its reduction for `loss_type`."""
+def policy_case(loss_type, level, advantage, R, spread, delta=None, entropy_quantile=None):
+    """One response of R tokens: TRL's per-token loss and its reduction for `loss_type`; with
+    `delta` (TRL 1.16's two-sided clipping) grpo's coef_1 capped at it; with `entropy_quantile`
+    (its top_entropy_quantile) the tokens below that quantile of random entropies masked out of
+    the per-token loss (get_high_entropy_mask's rule: torch.quantile at 1 - rho, kept when >=)."""
     eps_low, eps_high, cispo_max, tau_pos, tau_neg = 0.2, 0.28, 1.1, 1.0, 1.05
     vespo = (2.0, 3.0, 3.0, 2.0)  # k_pos, lambda_pos, k_neg, lambda_neg (TRL's defaults)
     old = torch.tensor([rng.uniform(-4.0, -0.2) for _ in range(R)], dtype=torch.float64)
@@ -54,10 +57,18 @@ def policy_case(loss_type, level, advantage, R, spread):
         per_token_loss = -phi * advantages * per_token_logps
     elif loss_type in ("grpo", "luspo"):
         coef_2 = torch.clamp(coef_1, 1 - eps_low, 1 + eps_high)
+        if delta is not None:
+            coef_1 = torch.clamp(coef_1, max=delta)
         per_token_loss = -torch.min(coef_1 * advantages, coef_2 * advantages)
     else:  # sapo
         temperatures = torch.where(advantages > 0, torch.tensor(tau_pos), torch.tensor(tau_neg)).to(torch.float64)
         per_token_loss = -(torch.sigmoid(temperatures * (coef_1 - 1)) * 4 / temperatures) * advantages
+    entropies = None
+    if entropy_quantile is not None:
+        entropies = torch.tensor([[rng.uniform(0.0, 3.0) for _ in range(R)]], dtype=torch.float32)
+        threshold = torch.quantile(entropies[mask.bool()].float(), 1 - entropy_quantile)
+        entropy_mask = ((entropies * mask.float()) >= threshold) & mask.bool()
+        per_token_loss = per_token_loss * entropy_mask
     if loss_type == "luspo":
         loss = (per_token_loss * mask).sum(-1).mean()
     else:  # grpo, sapo: the per-response token mean; cispo, vespo: over the batch's tokens (one response)
@@ -66,7 +77,10 @@ def policy_case(loss_type, level, advantage, R, spread):
     return {"loss_type": loss_type, "level": level, "epsilon_low": eps_low, "epsilon_high": eps_high,
             "cispo_max": cispo_max, "tau_pos": tau_pos, "tau_neg": tau_neg, "vespo": list(vespo),
             "token_sum": loss_type == "luspo", "logp_old": old.tolist(),
-            "logp_new": new.detach().tolist(), "advantage": advantage, "loss": loss.item(), "grad": new.grad.tolist()}
+            "logp_new": new.detach().tolist(), "advantage": advantage, "loss": loss.item(), "grad": new.grad.tolist(),
+            "delta": delta or 0.0, "entropy_quantile": entropy_quantile if entropy_quantile is not None else 1.0,
+            "entropies": entropies[0].tolist() if entropies is not None else [],
+            "entropy_threshold": threshold.item() if entropies is not None else 0.0}
 
 
 losses = []
@@ -93,6 +107,14 @@ for loss_type, levels in [("luspo", ["token", "sequence"]), ("vespo", ["token"])
         for advantage in [1.3, -0.7]:
             for R, spread in [(1, 0.05), (5, 0.3), (12, 0.15)]:
                 losses.append(policy_case(loss_type, level, advantage, R, spread))
+
+# TRL 1.16's delta (two-sided clipping) and top_entropy_quantile, drawn last for the same reason.
+for advantage in [1.3, -0.7]:
+    for R, spread in [(5, 0.3), (12, 0.4)]:
+        losses.append(policy_case("grpo", "token", advantage, R, spread, delta=1.35))
+        losses.append(policy_case("grpo", "sequence", advantage, R, spread, delta=1.35))
+        losses.append(policy_case("grpo", "token", advantage, R, spread, entropy_quantile=0.2))
+        losses.append(policy_case("cispo", "token", advantage, R, spread, entropy_quantile=0.5))
 
 path = os.path.join(os.path.dirname(__file__), "..", "tests/fixtures/ppo/grpo_losses.json")
 with open(path, "w") as f:

@@ -39,6 +39,7 @@ int cmd_ppo(int argc, char **argv) {
     double lambda = c.advantage.lambda, clip_ratio = c.loss.clip_ratio, value_clip = c.loss.value_clip;
     double kl_target = 0, kl_horizon = c.kl_horizon, entropy_coef = 0, ptx_coef = c.ptx_coef, ema_beta = c.ema_beta;
     double kl_loss_coef = 0, clip_ratio_high = -1, overlong_penalty = 1.0, cispo_max_weight = c.loss.cispo_max_weight;
+    double ratio_cap = 0, top_entropy_quantile = 1.0;
     double sapo_temperature_pos = c.loss.sapo_temperature_pos, sapo_temperature_neg = c.loss.sapo_temperature_neg;
     double vespo_k_pos = c.loss.vespo_k_pos, vespo_lambda_pos = c.loss.vespo_lambda_pos;
     double vespo_k_neg = c.loss.vespo_k_neg, vespo_lambda_neg = c.loss.vespo_lambda_neg;
@@ -175,6 +176,12 @@ int cmd_ppo(int argc, char **argv) {
         {"cliprange-high", "clip_ratio_high eps_clip_high", OPT_FLOAT, &clip_ratio_high,
          "upper clip epsilon (DAPO's clip-higher, e.g. 0.28); -1: the same as --cliprange", false,
          false},
+        {"delta", "clip_ratio_c dual_clip", OPT_FLOAT, &ratio_cap,
+         "--policy-loss ppo: two-sided clipping, the unclipped term's ratio capped at this (TRL's delta, INTELLECT-2; "
+         "verl's dual clip clip_ratio_c), above 1 + --cliprange-high; 0: off", false, false},
+        {"top-entropy-quantile", "top_entropy_quantile", OPT_FLOAT, &top_entropy_quantile,
+         "train the policy term on this top fraction of each micro-batch's response tokens by entropy only (TRL's "
+         "top_entropy_quantile, the 80/20 rule: 0.2), in [0, 1]; 1: every token", false, false},
         {"filter-groups", "dynamic_filtering filter_groups", OPT_BOOL, &filter_groups,
          "leave out of training the groups whose responses all scored the same (DAPO's dynamic sampling, no refill)", false,
          false},
@@ -330,6 +337,11 @@ int cmd_ppo(int argc, char **argv) {
     if (clip_ratio_high < 0) clip_ratio_high = clip_ratio;
     if (!(clip_ratio_high > 0) || !isfinite(clip_ratio_high))
         die_user("option --cliprange-high must be positive, got %g", clip_ratio_high);
+    if (ratio_cap != 0 && !(ratio_cap > 1 + clip_ratio_high && isfinite(ratio_cap)))
+        die_user("option --delta must be above 1 + --cliprange-high (%g), or 0 (off), got %g", 1 + clip_ratio_high,
+                 ratio_cap);
+    if (!(top_entropy_quantile >= 0 && top_entropy_quantile <= 1))
+        die_user("option --top-entropy-quantile must be in [0, 1], got %g", top_entropy_quantile);
     if (!(overlong_penalty >= 0) || !isfinite(overlong_penalty))
         die_user("option --overlong-penalty must be >= 0, got %g", overlong_penalty);
     if (warmup_ratio < 0 || warmup_ratio > 1) die_user("option --warmup-ratio must be in [0, 1], got %g", warmup_ratio);
@@ -405,6 +417,11 @@ int cmd_ppo(int argc, char **argv) {
     c.advantage.kl_coef = (float)kl_coef, c.advantage.reward_clip = (float)reward_clip;
     c.advantage.gamma = (float)gamma, c.advantage.lambda = (float)lambda;
     c.loss.clip_ratio = (float)clip_ratio, c.loss.clip_ratio_high = (float)clip_ratio_high;
+    // TRL applies delta in its clipped losses only (grpo, dapo, dr_grpo, luspo: --policy-loss ppo).
+    if (ratio_cap != 0 && c.loss.policy_loss != POLICY_LOSS_PPO)
+        die_user("option --delta caps the clipped loss's ratio: --policy-loss %s has none (--delta)", policy_loss);
+    c.loss.ratio_cap = (float)ratio_cap;
+    c.loss.low_entropy_fraction = (float)(1.0 - top_entropy_quantile);
     c.loss.value_clip = (float)value_clip;
     c.overlong_buffer = (int)overlong_buffer, c.overlong_penalty = overlong_penalty;
     if (filter_groups && !needs_group)

@@ -1,5 +1,6 @@
 #include "rl/experience.h"
 
+#include <math.h>
 #include <string.h>
 
 #include "core/check.h"
@@ -101,6 +102,29 @@ void experience_scores(Model *model, Sample *const *samples, int count, int micr
     }
 }
 
+// The 80/20 rule (PpoLossConfig.low_entropy_fraction): the low_entropy_fraction quantile of
+// this forward's entropies over the micro-batch's trained response tokens (those of samples
+// with a loss weight: --mask-truncated-completions' cut responses are not), as TRL takes it
+// over a micro-batch's completion tokens; -INFINITY when every token is kept.
+static double low_entropy_threshold(const PpoLossConfig *loss, Sample *const *samples, int count, int T,
+                                    const float *entropy) {
+    if (!(loss->low_entropy_fraction > 0)) return -INFINITY;
+    long n = 0;
+    for (int b = 0; b < count; b++) n += samples[b]->loss_scale != 0 ? samples[b]->response_length : 0;
+    if (n == 0) return -INFINITY;
+    float *trained = xmalloc((size_t)n * sizeof(float));
+    long k = 0;
+    for (int b = 0; b < count; b++) {
+        const Sample *s = samples[b];
+        if (s->loss_scale == 0) continue;
+        memcpy(trained + k, entropy + (long)b * T + s->prompt_length - 1, (size_t)s->response_length * sizeof(float));
+        k += s->response_length;
+    }
+    const double threshold = ppo_quantile(trained, n, loss->low_entropy_fraction);
+    free(trained);
+    return threshold;
+}
+
 double actor_micro_step(Model *actor, Sample *const *samples, int count, const PpoLossConfig *loss,
                         double entropy_coef, bool old_from_this_forward, bool entropy_from_this_forward,
                         PpoLossStats *stats, double *entropy_sum) {
@@ -111,6 +135,8 @@ double actor_micro_step(Model *actor, Sample *const *samples, int count, const P
     float *entropy = xmalloc(N * sizeof(float)), *dentropy = entropy_coef != 0 ? xcalloc(N, sizeof(float)) : NULL;
     forward(actor, &batch);
     model_logprobs(actor, batch.targets, logp, NULL, entropy);
+    const double threshold = low_entropy_threshold(loss, samples, count, batch.T, entropy);
+    float *advantages = NULL; // a sample's advantages with the low-entropy tokens' zeroed
     double total = 0;
     for (int b = 0; b < count; b++) {
         const Sample *s = samples[b];
@@ -118,7 +144,16 @@ double actor_micro_step(Model *actor, Sample *const *samples, int count, const P
         if (old_from_this_forward) memcpy(s->logp_old, logp + offset, s->response_length * sizeof(float));
         if (old_from_this_forward || entropy_from_this_forward)
             memcpy(s->entropy, entropy + offset, s->response_length * sizeof(float));
-        total += s->loss_scale * ppo_policy_loss(loss, logp + offset, s->logp_old, s->advantages, s->segments,
+        // The 80/20 rule: a token whose entropy is below the threshold leaves the policy term
+        // (a zero advantage makes every policy loss form's term and gradient 0; the KL term stays).
+        const float *sample_advantages = s->advantages;
+        if (threshold > -INFINITY) {
+            advantages = xrealloc(advantages, (size_t)s->response_length * sizeof(float));
+            for (int j = 0; j < s->response_length; j++)
+                advantages[j] = entropy[offset + j] >= threshold ? s->advantages[j] : 0.0f;
+            sample_advantages = advantages;
+        }
+        total += s->loss_scale * ppo_policy_loss(loss, logp + offset, s->logp_old, sample_advantages, s->segments,
                                                  s->segment_count, s->response_length, s->loss_scale, dlogp + offset,
                                                  stats);
         if (loss->kl_loss_coef > 0)
@@ -127,12 +162,12 @@ double actor_micro_step(Model *actor, Sample *const *samples, int count, const P
                                  dlogp + offset);
         for (int j = 0; j < s->response_length; j++) {
             *entropy_sum += entropy[offset + j];
-            // The bonus maximises entropy: loss -= coef * H.
-            if (dentropy) dentropy[offset + j] = (float)(-entropy_coef * s->loss_scale);
+            // The bonus maximises entropy: loss -= coef * H (on the tokens the policy term keeps).
+            if (dentropy && entropy[offset + j] >= threshold) dentropy[offset + j] = (float)(-entropy_coef * s->loss_scale);
         }
     }
     model_backward(actor, dlogp, dentropy, NULL);
-    free(logp), free(dlogp), free(entropy), free(dentropy);
+    free(logp), free(dlogp), free(entropy), free(dentropy), free(advantages);
     free_rows(&batch);
     return total;
 }

@@ -2,7 +2,10 @@
 
 #include <math.h>
 #include <stdbool.h>
+#include <stdlib.h>
 #include <string.h>
+
+#include "core/check.h"
 
 int ratio_kind_from_name(const char *name, RatioKind *out) {
     if (!strcmp(name, "per-token") || !strcmp(name, "per_token") || !strcmp(name, "token")) *out = RATIO_PER_TOKEN;
@@ -31,14 +34,17 @@ typedef struct {
 } PolicyTermGradient;
 
 // PPO: the ratio clipped to [1 - eps_low, 1 + eps_high], the pessimistic of the two terms.
-static double clipped_term(double advantage, double log_ratio, double eps_low, double eps_high, PolicyTermGradient *g) {
+// ratio_cap > 0: the unclipped term's ratio is min(ratio, ratio_cap) (TRL's delta).
+static double clipped_term(double advantage, double log_ratio, double eps_low, double eps_high, double ratio_cap,
+                           PolicyTermGradient *g) {
     double ratio = exp(log_ratio);
     double clipped_ratio = ratio < 1 - eps_low ? 1 - eps_low : ratio > 1 + eps_high ? 1 + eps_high : ratio;
-    double unclipped_loss = -advantage * ratio, clipped_loss = -advantage * clipped_ratio;
+    const bool capped = ratio_cap > 0 && ratio > ratio_cap;
+    double unclipped_loss = -advantage * (capped ? ratio_cap : ratio), clipped_loss = -advantage * clipped_ratio;
     g->clipped = ratio < 1 - eps_low || ratio > 1 + eps_high;
     g->d_logp = 0;
     if (unclipped_loss >= clipped_loss) {
-        g->d_log_ratio = -advantage * ratio;
+        g->d_log_ratio = capped ? 0 : -advantage * ratio; // the cap is constant
         return unclipped_loss;
     }
     // The clipped branch is active only outside the clip range, where it is constant.
@@ -76,7 +82,7 @@ static double policy_term(const PpoLossConfig *config, double advantage, double 
         return sapo_term(advantage, log_ratio, config->sapo_temperature_pos, config->sapo_temperature_neg,
                          config->clip_ratio, config->clip_ratio_high, g);
     case POLICY_LOSS_PPO:
-    default: return clipped_term(advantage, log_ratio, config->clip_ratio, config->clip_ratio_high, g);
+    default: return clipped_term(advantage, log_ratio, config->clip_ratio, config->clip_ratio_high, config->ratio_cap, g);
     }
 }
 
@@ -175,6 +181,26 @@ double ppo_value_loss(const PpoLossConfig *config, const float *values_new, cons
     }
     if (stats) stats->value_loss += loss;
     return loss;
+}
+
+static int compare_floats(const void *a, const void *b) {
+    const float x = *(const float *)a, y = *(const float *)b;
+    return (x > y) - (x < y);
+}
+
+double ppo_quantile(const float *values, long n, double q) {
+    CHECK(n > 0, "a quantile of no values");
+    float *sorted = xmalloc((size_t)n * sizeof(float));
+    memcpy(sorted, values, (size_t)n * sizeof(float));
+    qsort(sorted, (size_t)n, sizeof(float), compare_floats);
+    const double position = q * (double)(n - 1);
+    long below = (long)floor(position);
+    if (below >= n - 1) below = n - 1;
+    const double fraction = position - (double)below;
+    const double value = below + 1 < n ? sorted[below] + fraction * ((double)sorted[below + 1] - sorted[below])
+                                       : sorted[below];
+    free(sorted);
+    return value;
 }
 
 double ppo_kl_loss(const float *logp_new, const float *logp_ref, int R, float coef, float scale, float *dlogp) {

@@ -36,6 +36,14 @@ typedef struct {
     float sapo_temperature_pos, sapo_temperature_neg; // SAPO's tau (TRL: 1.0 and 1.05)
     float vespo_k_pos, vespo_lambda_pos, vespo_k_neg, vespo_lambda_neg; // VESPO's phi (TRL: 2, 3, 3, 2)
     float kl_loss_coef; // > 0: plus this times ppo_kl_loss per token (verl's use_kl_loss, TRL's GRPO beta)
+    // The clipped loss's two-sided clipping (TRL's delta, INTELLECT-2; verl's dual clip,
+    // clip_ratio_c): its unclipped term takes min(ratio, ratio_cap), so a negative advantage's
+    // loss stops growing with the ratio. 0: none.
+    float ratio_cap;
+    // The 80/20 rule (Wang et al. 2025, "Beyond the 80/20 Rule"; TRL's top_entropy_quantile
+    // rho = 1 - this): the policy term of the tokens whose entropy is below this quantile of
+    // the micro-batch's trained tokens' entropies is left out (actor_micro_step). 0: none.
+    float low_entropy_fraction;
 } PpoLossConfig;
 
 typedef struct {
@@ -60,6 +68,10 @@ double ppo_value_loss(const PpoLossConfig *config, const float *values_new, cons
 // scale * coef * d k3 / d logp_new = scale * coef * (1 - exp(ref - new)) into dlogp (may be
 // NULL). Returns the summed k3 (before coef and scale).
 double ppo_kl_loss(const float *logp_new, const float *logp_ref, int R, float coef, float scale, float *dlogp);
+
+// The q-quantile of values[0, n) (n > 0) as torch.quantile's default computes it: sorted, at
+// position q (n - 1), interpolated linearly between its two neighbours.
+double ppo_quantile(const float *values, long n, double q);
 
 // "per-token" | "macro" | "sequence"; -1 otherwise.
 int ratio_kind_from_name(const char *name, RatioKind *out);

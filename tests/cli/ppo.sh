@@ -361,6 +361,21 @@ expect_error grpo_sync_ref_model_lora "not with LoRA" "$bin" ppo "${common[@]}" 
     --output "$tmp/x"
 expect_error grpo_sync_ref_model_quantized "not with a quantized reference" "$bin" ppo "${common[@]}" "${grpo_sync[@]}" \
     --reference-quantize q8_0 --output "$tmp/x"
+# --top-entropy-quantile (TRL's, the 80/20 rule; its arithmetic is test_ppo_math's against
+# TRL's): 1 keeps every token, the run without it bit for bit; 0.2 trains the policy on a
+# fifth of the tokens, another run. --delta (two-sided clipping) and the option's bad values.
+run grpo_entropy_all --advantage-estimator grpo --samples-per-prompt 2 --termination-condition token --top-entropy-quantile 1
+run grpo_entropy_fifth --advantage-estimator grpo --samples-per-prompt 2 --termination-condition token --top-entropy-quantile 0.2
+cmp -s "$tmp/grpo_nosync/final/actor/model.safetensors" "$tmp/grpo_entropy_all/final/actor/model.safetensors" &&
+    [ -f "$tmp/grpo_entropy_fifth/final/actor/model.safetensors" ] &&
+    ! cmp -s "$tmp/grpo_nosync/final/actor/model.safetensors" "$tmp/grpo_entropy_fifth/final/actor/model.safetensors" &&
+    pass grpo_top_entropy_quantile || fail grpo_top_entropy_quantile "$(tail -n 2 "$tmp/grpo_entropy_fifth.err")"
+expect_error grpo_top_entropy_quantile_range "--top-entropy-quantile must be in [0, 1]" "$bin" ppo "${common[@]}" \
+    --top-entropy-quantile 1.5 --output "$tmp/x"
+expect_error ppo_delta_below_clip "--delta must be above 1 + --cliprange-high (1.28)" "$bin" ppo "${common[@]}" \
+    --cliprange-high 0.28 --delta 1.2 --output "$tmp/x"
+expect_error ppo_delta_cispo "--policy-loss cispo has none" "$bin" ppo "${common[@]}" --policy-loss cispo --delta 2 \
+    --output "$tmp/x"
 # An on-policy step (one PPO epoch, one minibatch, no KL in the reward) takes its old
 # log-probs from the training forward: the experience pass skips the actor (TRL's GRPO does
 # the same). Where the BLAS rounds a row the same whatever its batch-mates and padding, the
