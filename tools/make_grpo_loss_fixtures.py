@@ -12,10 +12,13 @@ GRPOTrainer (developers only; CI never runs Python). From trl/trainer/grpo_train
       k log w - lambda w), no gradient, (k, lambda) = (2, 3) if A >= 0 else (3, 2)
   per-response token mean of the per-token loss (loss_type "grpo"/"sapo"; one response here)
   _generate_and_score_completions, scale_rewards="batch": (r - group mean) / (nanstd(r) + 1e-4)
+  and from TRL 1.16: delta (grpo's coef_1 clamped at it before the min) and top_entropy_quantile
+  (get_high_entropy_mask: the per-token loss times entropy >= torch.quantile(entropies, 1 - rho))
 The gradients d loss / d logp_new come from torch autograd in float64.
 Writes tests/fixtures/ppo/grpo_losses.json: {"losses": [{"loss_type", "level", "epsilon_low",
 "epsilon_high", "cispo_max", "tau_pos", "tau_neg", "logp_old", "logp_new", "advantage", "loss",
-"grad"}], "batch_scaling": [{"rewards", "groups", "advantages"}]}.
+"grad", "delta" (0: none), "entropy_quantile" (1: none), "entropies", "entropy_threshold"}],
+"batch_scaling": [{"rewards", "groups", "advantages"}]}.
 usage: .venv-tools/bin/python tools/make_grpo_loss_fixtures.py
 """
 import json
