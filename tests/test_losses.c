@@ -39,6 +39,16 @@ static void test_sft_loss(void) {
     double loss = sft_loss(logp, mask, n, (float)(1.0 / count), dlogp) / count;
     EXPECT_CLOSE(loss, number(f, "loss"), 1e-6, 1e-6, "sft loss");
     expect_array(dlogp, json_object_get(f, "dlogp"), "sft dlogp");
+    // DFT (TRL's loss_type "dft"): the same tokens, each weighted by its detached probability.
+    f = json_object_get(fixtures, "sft_dft");
+    float dft_dlogp[64] = {0};
+    n = flatten(json_object_get(f, "logp"), logp);
+    flatten(json_object_get(f, "mask"), mask);
+    count = 0;
+    for (int i = 0; i < n; i++) count += mask[i];
+    loss = sft_dft_loss(logp, mask, n, (float)(1.0 / count), dft_dlogp) / count;
+    EXPECT_CLOSE(loss, number(f, "loss"), 1e-6, 1e-6, "sft dft loss");
+    expect_array(dft_dlogp, json_object_get(f, "dlogp"), "sft dft dlogp");
 }
 
 static void run_pairwise(const char *name) {

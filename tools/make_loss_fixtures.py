@@ -1,6 +1,7 @@
 """Writes tests/fixtures/losses/losses.json: the SFT and reward-model losses and their
 gradients computed by PyTorch autograd in float64 on random inputs, for tests/test_losses.c.
   sft:      loss = -sum(mask * logp) / count                       -> d loss / d logp
+  sft_dft:  TRL's loss_type "dft": -sum(mask * logp * exp(logp).detach()) / count
   pairwise: loss = mean(-logsigmoid(chosen - rejected - margin))   -> d / d chosen, d / d rejected
   listwise: Plackett-Luce, K responses best first, mean over rows  -> d / d scores
   dschat:   DeepSpeed-Chat token span: mean over [d, e) of -logsigmoid(c_t - r_t), per pair,
@@ -61,6 +62,15 @@ loss.backward()
 out["dschat"] = {"chosen_ids": chosen_ids, "rejected_ids": rejected_ids, "pad": pad, "spans": spans,
                  "chosen_values": cv.detach().tolist(), "rejected_values": rv.detach().tolist(), "loss": loss.item(),
                  "d_chosen_values": cv.grad.tolist(), "d_rejected_values": rv.grad.tolist()}
+
+# Drawn last, so the cases above keep their values.
+logp = (-torch.rand(3, 7, dtype=torch.float64) * 3).requires_grad_()
+mask = (torch.rand(3, 7) > 0.4).double()
+per_token_loss = -logp * logp.exp().detach()  # TRL's SFTTrainer.compute_loss with loss_type "dft"
+loss = (per_token_loss * mask).sum() / mask.sum()
+loss.backward()
+out["sft_dft"] = {"logp": logp.detach().tolist(), "mask": mask.tolist(), "loss": loss.item(),
+                  "dlogp": logp.grad.tolist()}
 
 path = os.path.join(os.path.dirname(__file__), "..", "tests/fixtures/losses/losses.json")
 with open(path, "w") as f:

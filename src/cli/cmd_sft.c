@@ -16,7 +16,7 @@ int cmd_sft(int argc, char **argv) {
     char *model_path = NULL, *output = NULL;
     bool train_on_prompt = false, assistant_only_loss = false, completion_only_loss = true, packing = false;
     bool padding_free = false, eval_packing = false;
-    char *packing_strategy = "bfd";
+    char *packing_strategy = "bfd", *loss_type = "nll";
     Option options[64] = {
         {"model", "model_name_or_path", OPT_STRING, &model_path, "base model: Hugging Face folder or .gguf", true, false},
         {"output", "output_dir", OPT_STRING, &output, "run folder (metrics, checkpoints, final model in final/)", true, false},
@@ -40,9 +40,12 @@ int cmd_sft(int argc, char **argv) {
         {"eval-packing", "eval_packing", OPT_BOOL, &eval_packing,
          "pack the evaluation examples as --packing packs the training ones (TRL's eval_packing); default: as "
          "--packing", false, false},
+        {"loss-type", "loss_type", OPT_STRING, &loss_type,
+         "nll (the negative log-likelihood) | dft (Dynamic Fine-Tuning: each token's loss weighted by its own "
+         "probability, TRL's loss_type dft), in training and evaluation", false, false},
     };
-    enum { SFT_OPTIONS = 9 };
-    Option *eval_packing_option = &options[SFT_OPTIONS - 1];
+    enum { SFT_OPTIONS = 10 };
+    Option *eval_packing_option = &options[SFT_OPTIONS - 2];
     int count = SFT_OPTIONS + trainer_cli_options(&c, options + SFT_OPTIONS);
     CHECK(count <= (int)(sizeof options / sizeof options[0]), "option table too small");
     OptionSet set = {"sft", "Supervised fine-tuning on prompt/response data (loss on response tokens by default).",
@@ -53,6 +56,8 @@ int cmd_sft(int argc, char **argv) {
     if (!completion_only_loss && train_on_prompt)
         die_user("--completion-only-loss false trains the prompt without the padding and --train-on-prompt with it: "
                  "give one (--completion-only-loss)");
+    if (strcmp(loss_type, "nll") != 0 && strcmp(loss_type, "dft") != 0)
+        die_user("--loss-type %s: give nll or dft (--loss-type)", loss_type);
     const int strategy = packing_strategy_parse(packing_strategy);
     if (strategy < 0)
         die_user("--packing-strategy %s: give bfd, bfd_split or wrapped (--packing-strategy)", packing_strategy);
@@ -114,6 +119,7 @@ int cmd_sft(int argc, char **argv) {
                            : sft_task_init(&task, tokenizer, examples, train.count, eval_examples, eval.count,
                                            (int)c.max_seq_len, loss_tokens);
     if (rc != 0) die_from_err();
+    task.dft = strcmp(loss_type, "dft") == 0;
     // As TRL: best-fit packing runs padding-free (its rows' examples attend to themselves only).
     task.padding_free = padding_free || (packing && strategy != PACKING_WRAPPED);
     long tokens = 0;

@@ -10,6 +10,17 @@ double log_sigmoid_negated(double x) {
     return x >= 0 ? log1p(exp(-x)) : -x + log1p(exp(x));
 }
 
+double sft_dft_loss(const float *logp, const float *mask, long n, float scale, float *dlogp) {
+    double loss = 0;
+    for (long i = 0; i < n; i++) {
+        if (mask[i] == 0.0f) continue;
+        const double p = exp((double)logp[i]);
+        loss -= (double)mask[i] * p * logp[i];
+        if (dlogp) dlogp[i] += (float)(-scale * mask[i] * p);
+    }
+    return loss;
+}
+
 static double sigmoid(double x) {
     return x >= 0 ? 1.0 / (1.0 + exp(-x)) : exp(x) / (1.0 + exp(x));
 }

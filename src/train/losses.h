@@ -12,6 +12,11 @@
 // {0, 1}. Returns the sum of -logp over counted positions (the caller divides by the
 // number of counted tokens in the optimizer batch); dlogp[i] += -scale * mask[i].
 double sft_loss(const float *logp, const float *mask, long n, float scale, float *dlogp);
+// Dynamic Fine-Tuning (Wu et al. 2025, "On the Generalization of SFT"; TRL's loss_type "dft"):
+// each counted token's -logp weighted by its probability p = exp(logp), held constant (no
+// gradient through it). Returns the sum of -p logp over counted positions; dlogp[i] += -scale
+// * mask[i] * p[i].
+double sft_dft_loss(const float *logp, const float *mask, long n, float scale, float *dlogp);
 
 // ---- reward model: one scalar score per sequence ----
 // Pairwise logistic (Bradley–Terry): loss_i = -log sigmoid(chosen_i - rejected_i - margin_i).

@@ -326,6 +326,11 @@ static double counted_tokens(const SftTask *task, const TokenizedExamples *examp
     return total;
 }
 
+// The summed token loss of the task's kind (train/losses.h): the NLL, or DFT's.
+static double token_loss(const SftTask *task, const float *logp, const float *mask, long n, float scale, float *dlogp) {
+    return task->dft ? sft_dft_loss(logp, mask, n, scale, dlogp) : sft_loss(logp, mask, n, scale, dlogp);
+}
+
 static double sft_weight(void *context, const long *examples, int count) {
     SftTask *task = context;
     return counted_tokens(task, &task->train, examples, count);
@@ -341,7 +346,7 @@ static void sft_micro_step(void *context, Model *model, const long *examples, in
     ModelBatch input = sft_batch_input(&batch);
     model_forward(model, &input);
     model_logprobs(model, batch.targets, logp, NULL, NULL);
-    result->loss_sum = sft_loss(logp, batch.mask, N, (float)scale, dlogp);
+    result->loss_sum = token_loss(task, logp, batch.mask, N, (float)scale, dlogp);
     result->weight = counted_tokens(task, &task->train, examples, count);
     for (int b = 0; b < batch.B; b++) result->tokens += batch.row_len[b];
     model_backward(model, dlogp, NULL, NULL);
@@ -363,7 +368,7 @@ static void sft_evaluate(void *context, Model *model, EvalResult *result) {
         ModelBatch input = sft_batch_input(&batch);
         model_forward(model, &input);
         model_logprobs(model, batch.targets, logp, NULL, NULL);
-        loss += sft_loss(logp, batch.mask, N, 0.0f, NULL);
+        loss += token_loss(task, logp, batch.mask, N, 0.0f, NULL);
         tokens += counted_tokens(task, &task->eval, which, count);
         free(logp);
         sft_batch_free(&batch);
@@ -424,15 +429,23 @@ static void sft_largest_batch(void *context, long micro_batch, int *rows, int *l
 static const char *packing_of(const SftTask *task) { return task->packed ? packing_strategy_name(task->packing) : "none"; }
 
 static void sft_save_state(void *context, json_t *state) {
-    json_object_set_new(state, "packing", json_string(packing_of(context)));
+    const SftTask *task = context;
+    json_object_set_new(state, "packing", json_string(packing_of(task)));
+    json_object_set_new(state, "sft_loss_type", json_string(task->dft ? "dft" : "nll"));
 }
 
 static int sft_load_state(void *context, const json_t *state, const char *checkpoint) {
+    const SftTask *task = context;
     const char *saved = json_string_value(json_object_get(state, "packing"));
     if (!saved) saved = "none"; // a checkpoint from before --packing
-    if (strcmp(saved, packing_of(context)) != 0)
+    if (strcmp(saved, packing_of(task)) != 0)
         return err_set("checkpoint was made with packing %s, this run has %s (%s): other training rows", saved,
-                       packing_of(context), checkpoint);
+                       packing_of(task), checkpoint);
+    const char *loss = json_string_value(json_object_get(state, "sft_loss_type"));
+    if (!loss) loss = "nll"; // a checkpoint from before --loss-type
+    if (strcmp(loss, task->dft ? "dft" : "nll") != 0)
+        return err_set("checkpoint was made with --loss-type %s, this run has %s (%s)", loss, task->dft ? "dft" : "nll",
+                       checkpoint);
     return 0;
 }
 

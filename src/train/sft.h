@@ -58,6 +58,9 @@ typedef struct {
     bool packed, eval_packed;
     PackingStrategy packing;
     long sequences, eval_sequences;
+    // --loss-type dft (TRL's): Dynamic Fine-Tuning, each token's loss weighted by its own
+    // probability (train/losses.h sft_dft_loss), in training and evaluation alike as TRL's.
+    bool dft;
     // --padding-free (TRL's padding_free; implied by bfd packing, as in TRL): each micro-batch
     // and evaluation chunk runs as one row of its examples side by side, each attending to
     // itself only -- the loss of one example a row, without the padding. The command makes the

@@ -98,6 +98,20 @@ check_first_loss 0 1 "$sequence" && pass sft_completion_only_loss_false ||
     fail sft_completion_only_loss_false "loss '$sequence' $(tail -n 1 "$tmp/loss_sequence.err")"
 check_first_loss 2 1 "$text" && [ "$text" = "$text_sequence" ] && pass sft_text_rows_all_trained ||
     fail sft_text_rows_all_trained "loss '$text' / '$text_sequence' $(tail -n 1 "$tmp/loss_text.err")"
+# --loss-type dft (TRL's Dynamic Fine-Tuning): the same tokens, each -log p weighted by p.
+dft=$(sft_first_loss dft "$tmp/pr.jsonl" --loss-type dft)
+python3 - "$tmp" "$dft" << 'EOF' && pass "sft_loss_type_dft ($dft)" || fail sft_loss_type_dft "loss '$dft' $(tail -n 1 "$tmp/loss_dft.err")"
+import json, math, sys
+tmp, got = sys.argv[1], float(sys.argv[2])
+logprobs = [json.loads(l)["logprobs"] for l in open(f"{tmp}/loss_logprobs.jsonl")][:2]
+prompt_lengths = json.load(open(f"{tmp}/prompt_lengths.json"))[:2]
+counted = [-math.exp(row[t - 1]) * row[t - 1] for row, p in zip(logprobs, prompt_lengths) for t in range(p, len(row) + 1)]
+want = sum(counted) / len(counted)
+print(f"loss {got:.6f}, want {want:.6f} over {len(counted)} tokens", file=sys.stderr)
+sys.exit(0 if abs(got - want) <= 1e-5 * abs(want) else 1)
+EOF
+expect_error sft_loss_type_unknown "--loss-type focal: give nll or dft" "$bin" sft "${sft_args[@]}" --loss-type focal \
+    --output "$tmp/x_loss"
 rm -rf "$tmp"/loss_*/checkpoint-* "$tmp"/loss_*/final
 expect_error sft_completion_only_with_train_on_prompt "give one (--completion-only-loss)" \
     "$bin" sft "${sft_args[@]}" --completion-only-loss false --train-on-prompt --output "$tmp/x_loss"
@@ -226,6 +240,8 @@ cmp -s "$tmp/packed/final/model.safetensors" "$tmp/packed_resumed/final/model.sa
     pass sft_packing_resume_bit_identical || fail sft_packing_resume_bit_identical "$(tail -n 2 "$tmp/packed_resumed.err")"
 expect_error sft_packing_resume_other_strategy "made with packing bfd, this run has bfd_split" \
     "$bin" sft "${packed_args[@]}" --packing-strategy bfd_split --resume --output "$tmp/packed_resumed"
+expect_error sft_resume_other_loss_type "made with --loss-type nll, this run has dft" \
+    "$bin" sft "${packed_args[@]}" --loss-type dft --resume --output "$tmp/packed_resumed"
 expect_error sft_packing_with_train_on_prompt "give one (--packing)" \
     "$bin" sft "${sft_args[@]}" --packing --train-on-prompt --output "$tmp/x_packing"
 expect_error sft_packing_unknown_strategy "--packing-strategy tight" \
