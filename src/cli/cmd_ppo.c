@@ -40,6 +40,8 @@ int cmd_ppo(int argc, char **argv) {
     double kl_target = 0, kl_horizon = c.kl_horizon, entropy_coef = 0, ptx_coef = c.ptx_coef, ema_beta = c.ema_beta;
     double kl_loss_coef = 0, clip_ratio_high = -1, overlong_penalty = 1.0, cispo_max_weight = c.loss.cispo_max_weight;
     double ratio_cap = 0, top_entropy_quantile = 1.0;
+    double entropy_coef_min = 0.0, entropy_coef_max = 1.0, entropy_coef_delta = 0.005, entropy_target = 0.2;
+    bool adaptive_entropy = false;
     double sapo_temperature_pos = c.loss.sapo_temperature_pos, sapo_temperature_neg = c.loss.sapo_temperature_neg;
     double vespo_k_pos = c.loss.vespo_k_pos, vespo_lambda_pos = c.loss.vespo_lambda_pos;
     double vespo_k_neg = c.loss.vespo_k_neg, vespo_lambda_neg = c.loss.vespo_lambda_neg;
@@ -197,7 +199,21 @@ int cmd_ppo(int argc, char **argv) {
         {"overlong-penalty", "overlong_penalty_factor", OPT_FLOAT, &overlong_penalty,
          "the score lost at --max-new-tokens with --overlong-buffer", false, false},
         {"cliprange-value", "cliprange_value value_clip", OPT_FLOAT, &value_clip, "value clip (0: off)", false, false},
-        {"entropy-coef", "entropy_coef", OPT_FLOAT, &entropy_coef, "entropy bonus coefficient", false, false},
+        {"entropy-coef", "entropy_coef", OPT_FLOAT, &entropy_coef,
+         "entropy bonus coefficient (with --adaptive-entropy its start)", false, false},
+        {"adaptive-entropy", "use_adaptive_entropy", OPT_BOOL, &adaptive_entropy,
+         "Skywork-OR1's adaptive entropy control (TRL's use_adaptive_entropy): after each optimizer step the "
+         "coefficient moves by --entropy-coef-delta, up while the trained tokens' mean entropy is at most "
+         "--entropy-target, down above it; the bonus applies only at or below the target", false, false},
+        {"entropy-coef-min", "entropy_coef_min", OPT_FLOAT, &entropy_coef_min,
+         "--adaptive-entropy: the coefficient's lower bound", false, false},
+        {"entropy-coef-max", "entropy_coef_max", OPT_FLOAT, &entropy_coef_max,
+         "--adaptive-entropy: the coefficient's upper bound", false, false},
+        {"entropy-coef-delta", "entropy_coef_delta", OPT_FLOAT, &entropy_coef_delta,
+         "--adaptive-entropy: the coefficient's step", false, false},
+        {"entropy-target", "entropy_target", OPT_FLOAT, &entropy_target,
+         "--adaptive-entropy: the target mean entropy in nats (TRL's default 0.2; set it near the entropy logged early)",
+         false, false},
         {"whiten-advantages", "whiten_advantages", OPT_BOOL, &whiten, "normalise advantages over each rollout", false, false},
         {"normalize-reward", "normalize_reward", OPT_BOOL, &normalize, "running mean/std normalisation of scores", false, false},
         {"ptx-data", "unsupervised_dataset_name", OPT_STRING, &ptx, "SFT data mixed into the actor loss (PPO-ptx)", false, false},
@@ -340,6 +356,12 @@ int cmd_ppo(int argc, char **argv) {
     if (ratio_cap != 0 && !(ratio_cap > 1 + clip_ratio_high && isfinite(ratio_cap)))
         die_user("option --delta must be above 1 + --cliprange-high (%g), or 0 (off), got %g", 1 + clip_ratio_high,
                  ratio_cap);
+    if (adaptive_entropy &&
+        !(entropy_coef_min >= 0 && entropy_coef_min <= entropy_coef_max && isfinite(entropy_coef_max) &&
+          entropy_coef_delta > 0 && isfinite(entropy_coef_delta) && entropy_target >= 0 && isfinite(entropy_target) &&
+          entropy_coef >= entropy_coef_min && entropy_coef <= entropy_coef_max))
+        die_user("option --adaptive-entropy needs 0 <= --entropy-coef-min <= --entropy-coef (%g) <= --entropy-coef-max, "
+                 "--entropy-coef-delta > 0 and --entropy-target >= 0", entropy_coef);
     if (!(top_entropy_quantile >= 0 && top_entropy_quantile <= 1))
         die_user("option --top-entropy-quantile must be in [0, 1], got %g", top_entropy_quantile);
     if (!(overlong_penalty >= 0) || !isfinite(overlong_penalty))
@@ -435,6 +457,9 @@ int cmd_ppo(int argc, char **argv) {
     if (!(kl_loss_coef >= 0) || !isfinite(kl_loss_coef)) die_user("option --kl-loss-coef must be >= 0, got %g", kl_loss_coef);
     c.loss.kl_loss_coef = (float)kl_loss_coef;
     c.kl_target = kl_target, c.kl_horizon = kl_horizon, c.entropy_coef = entropy_coef, c.ptx_coef = ptx_coef;
+    c.adaptive_entropy = adaptive_entropy;
+    c.entropy_coef_min = entropy_coef_min, c.entropy_coef_max = entropy_coef_max;
+    c.entropy_coef_delta = entropy_coef_delta, c.entropy_target = entropy_target;
     c.whiten_advantages = whiten, c.normalize_reward = normalize, c.ema = ema, c.ema_beta = ema_beta;
     c.macro.ngram = (int)ngram, c.macro.repeat_times = (int)repeat_times, c.macro.parser_cutoff = (int)parser_cutoff;
     c.macro.dedupe_boundaries = !keep_duplicates, c.macro.randomized_include_one = !paper_randomized;

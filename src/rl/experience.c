@@ -163,7 +163,9 @@ double actor_micro_step(Model *actor, Sample *const *samples, int count, const P
         for (int j = 0; j < s->response_length; j++) {
             *entropy_sum += entropy[offset + j];
             // The bonus maximises entropy: loss -= coef * H (on the tokens the policy term keeps).
-            if (dentropy && entropy[offset + j] >= threshold) dentropy[offset + j] = (float)(-entropy_coef * s->loss_scale);
+            if (entropy[offset + j] < threshold) continue;
+            if (dentropy) dentropy[offset + j] = (float)(-entropy_coef * s->loss_scale);
+            if (stats && s->loss_scale != 0) stats->trained_entropy += entropy[offset + j], stats->trained_tokens += 1;
         }
     }
     model_backward(actor, dlogp, dentropy, NULL);

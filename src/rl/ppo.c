@@ -196,6 +196,9 @@ typedef struct {
     long iteration, epoch, cursor, optimizer_steps;
     double kl_coef;
     double reward_count, reward_mean, reward_m2; // running statistics for --normalize-reward
+    // --adaptive-entropy: the coefficient now, and the last optimizer step's mean entropy over
+    // the trained tokens (INFINITY before the first, so the first step has no bonus, as TRL's)
+    double entropy_coef, last_trained_entropy;
     // This iteration's old log-probs (and entropies) are the training forward's, not an
     // experience pass's (PpoConfig.recompute_old_logprobs says when); or its old log-probs are
     // generation's and its entropies the first epoch's training forward's
@@ -756,6 +759,21 @@ static double ptx_micro_step(Ppo *p) {
 // moves its shard of the EMA's layers, which are the actor's shard's.
 static void ema_update(Ppo *p) { dist_moving_average(&p->ema, &p->actor, (float)p->c.ema_beta); }
 
+// Adaptive entropy control after an optimizer step (Skywork-OR1; TRL's use_adaptive_entropy):
+// the step's mean entropy over every rank's trained policy tokens moves the coefficient one
+// delta up (at most the target) or down (above it), within [min, max].
+static void adapt_entropy_coef(Ppo *p, double entropy_sum, double tokens) {
+    double step[2] = {entropy_sum, tokens};
+    dist_sum_doubles(step, 2);
+    const double entropy = step[0] / (step[1] > 1 ? step[1] : 1);
+    const double moved = entropy <= p->c.entropy_target ? p->entropy_coef + p->c.entropy_coef_delta
+                                                        : p->entropy_coef - p->c.entropy_coef_delta;
+    p->entropy_coef = moved < p->c.entropy_coef_min ? p->c.entropy_coef_min
+                      : moved > p->c.entropy_coef_max ? p->c.entropy_coef_max
+                                                      : moved;
+    p->last_trained_entropy = entropy;
+}
+
 // The sums of the loss statistics over the ranks (the gradient norms and the step count
 // are already the same everywhere).
 static void sum_train_stats_across_ranks(TrainStats *stats) {
@@ -853,11 +871,17 @@ static void train_on_rollout(Ppo *p, const Rollout *r, TrainStats *stats) {
             // sums gradients in every backward), as many as the rank with the most samples needs.
             const int rounds = most_micro_batches(size, p->c.micro_batch);
             dist_zero_grad(&p->actor);
+            // Adaptive entropy control applies the coefficient of the end of the last step, and
+            // only while that step's entropy was at most the target (TRL's gating).
+            const double entropy_coef = !p->c.adaptive_entropy ? p->c.entropy_coef
+                                        : p->last_trained_entropy <= p->c.entropy_target ? p->entropy_coef
+                                                                                          : 0.0;
+            const double entropy_before[2] = {stats->actor.trained_entropy, stats->actor.trained_tokens};
             for (int round = 0, k = 0; round < rounds; round++, k += p->c.micro_batch) {
                 dist_backward_round_begin(&p->actor, round == rounds - 1 && p->ptx.count == 0);
                 if (k < size) {
                     int n = size - k < p->c.micro_batch ? size - k : p->c.micro_batch;
-                    stats->policy_loss += actor_micro_step(&p->actor, minibatch + k, n, &p->c.loss, p->c.entropy_coef,
+                    stats->policy_loss += actor_micro_step(&p->actor, minibatch + k, n, &p->c.loss, entropy_coef,
                                                            p->old_logprobs_from_training,
                                                            p->old_logprobs_from_rollout && epoch == 0, &stats->actor,
                                                            &stats->entropy);
@@ -874,6 +898,8 @@ static void train_on_rollout(Ppo *p, const Rollout *r, TrainStats *stats) {
                        isfinite(norm) ? grad_clip_coefficient(norm, (float)p->c.clip_norm) : 0.0f);
             stats->actor_grad_norm += norm;
             if (p->c.ema) ema_update(p);
+            if (p->c.adaptive_entropy) adapt_entropy_coef(p, stats->actor.trained_entropy - entropy_before[0],
+                                                          stats->actor.trained_tokens - entropy_before[1]);
             // Critic: value loss, then its own step.
             if (p->has_critic) {
                 dist_zero_grad(&p->critic);
@@ -1080,6 +1106,10 @@ static int write_checkpoint(Ppo *p, const AdamW *actor_moments, const AdamW *cri
     json_object_set_new(state, "reward_count", json_real(p->reward_count));
     json_object_set_new(state, "reward_mean", json_real(p->reward_mean));
     json_object_set_new(state, "reward_m2", json_real(p->reward_m2));
+    json_object_set_new(state, "entropy_coef", json_real(p->entropy_coef));
+    // (null before the first step: JSON has no infinity)
+    json_object_set_new(state, "last_trained_entropy",
+                        isfinite(p->last_trained_entropy) ? json_real(p->last_trained_entropy) : json_null());
     json_object_set_new(state, "ptx_cursor", json_integer(p->ptx_cursor));
     json_object_set_new(state, "ptx_packing", json_string(ptx_packing_name(&p->c)));
     json_object_set_new(state, "num_prompts", json_integer(p->prompts.count));
@@ -1217,6 +1247,10 @@ static int resume(Ppo *p) {
         p->reward_count = number(state, "reward_count");
         p->reward_mean = number(state, "reward_mean");
         p->reward_m2 = number(state, "reward_m2");
+        // Checkpoints from before adaptive entropy control have neither: the run's own start.
+        const json_t *coef = json_object_get(state, "entropy_coef"), *last = json_object_get(state, "last_trained_entropy");
+        if (json_is_number(coef)) p->entropy_coef = json_number_value(coef);
+        p->last_trained_entropy = json_is_number(last) ? json_number_value(last) : INFINITY;
         p->ptx_cursor = (long)number(state, "ptx_cursor");
         // A checkpoint from before the alarms has no baseline: the next iteration becomes it.
         json_t *first = json_object_get(state, "hacking_first");
@@ -1619,6 +1653,8 @@ static int setup(Ppo *p) {
                                             .steps = c->ref_model_sync_steps};
     }
     p->kl_coef = c->advantage.kl_coef;
+    p->entropy_coef = c->entropy_coef;
+    p->last_trained_entropy = INFINITY;
     reserve_activations(p);
     return 0;
 }
@@ -1860,6 +1896,7 @@ int ppo_run(const PpoConfig *config) {
                                "old_logprobs_from_rollout",
                                "generation_rounds", "responses_trained", "distinct_2", "repetitive_fraction",
                                "same_answer_fraction", "shared_trigram_fraction", "hacking_alarms", "ptx_loss",
+                               "entropy_coef",
                                "device_memory_gib"};
         double scored = rs.scored > 0 ? rs.scored : 1, steps = ts.steps > 0 ? ts.steps : 1;
         double experienced = rs.experienced > 0 ? rs.experienced : 1;
@@ -1886,7 +1923,7 @@ int ppo_run(const PpoConfig *config) {
                            (double)rounds, (double)count, hacking.distinct_2, hacking.repetitive_fraction,
                            hacking.same_answer_fraction, hacking.shared_trigram_fraction,
                            (double)__builtin_popcount(p->hacking_active), p->ptx.count > 0 ? ts.ptx_loss / steps : NAN,
-                           device_mib / 1024.0};
+                           p->c.adaptive_entropy ? p->entropy_coef : p->c.entropy_coef, device_mib / 1024.0};
         const int metric_count = (int)(sizeof values / sizeof values[0]) - (device_mib < 0 ? 1 : 0);
         bool failed = metrics_log(&p->metrics, "train", p->iteration, names, values, metric_count) != 0;
     end_iteration:

@@ -132,6 +132,13 @@ typedef struct {
     double overlong_penalty;  // its factor
     double kl_target, kl_horizon; // adaptive KL controller when kl_target > 0
     double entropy_coef, ptx_coef;
+    // Adaptive entropy control (Skywork-OR1; TRL's use_adaptive_entropy): entropy_coef is the
+    // starting coefficient; after each optimizer step it moves by entropy_coef_delta within
+    // [entropy_coef_min, entropy_coef_max], up when the step's mean entropy over the trained
+    // policy tokens (all ranks) is at most entropy_target, down otherwise, and a step applies the
+    // bonus only when the previous step's entropy was at most the target.
+    bool adaptive_entropy;
+    double entropy_coef_min, entropy_coef_max, entropy_coef_delta, entropy_target;
     bool ema;
     double ema_beta;
     // --sync-ref-model (train/reference_sync.h): every ref_model_sync_steps optimizer steps the

@@ -52,6 +52,9 @@ typedef struct {
     double approx_kl;               // sum of 0.5 (logp_new - logp_old)^2 (k2 estimator)
     double ratio_sum;
     double tokens;
+    // The entropy over the tokens the policy term trains (loss weight above 0, not left out by
+    // the 80/20 rule): its sum and count (actor_micro_step; adaptive entropy control reads them)
+    double trained_entropy, trained_tokens;
 } PpoLossStats;
 
 // Accumulates into dlogp[0..R) (may be NULL). Returns the summed loss (before scale).

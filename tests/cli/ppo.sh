@@ -361,6 +361,33 @@ expect_error grpo_sync_ref_model_lora "not with LoRA" "$bin" ppo "${common[@]}" 
     --output "$tmp/x"
 expect_error grpo_sync_ref_model_quantized "not with a quantized reference" "$bin" ppo "${common[@]}" "${grpo_sync[@]}" \
     --reference-quantize q8_0 --output "$tmp/x"
+# --adaptive-entropy (Skywork-OR1, TRL's use_adaptive_entropy), one optimizer step an iteration:
+# with a target above any entropy the coefficient climbs one delta a step (0.05 -> 0.06, 0.07,
+# 0.08, logged as entropy_coef); the first step has no bonus (no entropy measured before it), so
+# the second iteration's rollout is the plain run's (the same scores), the third's is not; a
+# run resumed at iteration 2 ends as the one that never stopped (the controller's state rides
+# in the checkpoint).
+adaptive=(--advantage-estimator grpo --samples-per-prompt 2 --termination-condition token --ppo-epochs 1
+          --num-minibatches 1 --entropy-coef 0.05 --adaptive-entropy --entropy-target 100 --entropy-coef-delta 0.01)
+run adaptive_entropy "${adaptive[@]}" --save-every 1 --keep-last 0
+run adaptive_plain --advantage-estimator grpo --samples-per-prompt 2 --termination-condition token --ppo-epochs 1 \
+    --num-minibatches 1
+rm -rf "$tmp/adaptive_resumed" && mkdir -p "$tmp/adaptive_resumed" && cp -r "$tmp/adaptive_entropy/checkpoint-2" "$tmp/adaptive_resumed/"
+run adaptive_resumed "${adaptive[@]}" --save-every 1 --keep-last 0 --resume
+python3 - "$tmp/adaptive_entropy/metrics.jsonl" "$tmp/adaptive_plain/metrics.jsonl" << 'PYEOF' &&
+import json, sys
+adaptive, plain = [[r for r in map(json.loads, open(p)) if "train/entropy_coef" in r] for p in sys.argv[1:3]]
+coefs = [round(r["train/entropy_coef"], 9) for r in adaptive]
+scores = [(a["train/score"], b["train/score"]) for a, b in zip(adaptive, plain)]
+print(f"entropy_coef {coefs}; scores (adaptive, plain) {scores}", file=sys.stderr)
+ok = coefs == [0.06, 0.07, 0.08] and scores[0][0] == scores[0][1] and scores[1][0] == scores[1][1]
+ok &= scores[2][0] != scores[2][1]
+sys.exit(0 if ok else 1)
+PYEOF
+    cmp -s "$tmp/adaptive_entropy/final/actor/model.safetensors" "$tmp/adaptive_resumed/final/actor/model.safetensors" &&
+    pass ppo_adaptive_entropy || fail ppo_adaptive_entropy "$(tail -n 2 "$tmp/adaptive_resumed.err")"
+expect_error ppo_adaptive_entropy_bounds "--adaptive-entropy needs" "$bin" ppo "${common[@]}" --adaptive-entropy \
+    --entropy-coef 2 --output "$tmp/x"
 # --top-entropy-quantile (TRL's, the 80/20 rule; its arithmetic is test_ppo_math's against
 # TRL's): 1 keeps every token, the run without it bit for bit; 0.2 trains the policy on a
 # fifth of the tokens, another run. --delta (two-sided clipping) and the option's bad values.
