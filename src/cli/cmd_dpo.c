@@ -249,7 +249,8 @@ int cmd_dpo(int argc, char **argv) {
     trainer_cli_load_model(&c, model_path, &load, false, &model);
     model.packed_rows_only = padding_free; // its response batches run in one row (train/response_logps.c)
     // TR-DPO holds its reference through training (on --resume its checkpoint's: it has moved).
-    if (sync.enabled) reference_sync_cli_load(&c, reference_path, model_path, tokenizer, &model, &reference);
+    if (sync.enabled)
+        reference_sync_cli_load(&c, &sync, reference_path, model_path, tokenizer, &model, &reference, &task.sync);
     else if (reference_path) trainer_cli_load_reference(&c, reference_path, tokenizer, &model, &reference);
     if (!c.quiet)
         fprintf(stderr, "dpo: %ld training pairs (%ld dropped, %ld cut at %ld tokens), %ld eval pairs, loss %s, beta %g\n",
@@ -260,7 +261,6 @@ int cmd_dpo(int argc, char **argv) {
     // checkpoint, which keeps them.
     if (sync.enabled) {
         dpo_task_reference_model(&task, &reference, &c.train);
-        task.sync = (ReferenceSync){.model = &reference, .mixup_alpha = sync.mixup_alpha, .steps = sync.steps};
         if (!c.quiet)
             fprintf(stderr, "dpo: the reference (%s) scored %ld rows (the rest from the checkpoint); it moves towards "
                             "the policy every %ld steps\n",

@@ -107,7 +107,8 @@ int cmd_kto(int argc, char **argv) {
     trainer_cli_load_model(&c, model_path, &load, false, &model);
     model.packed_rows_only = padding_free; // its response batches run in one row (train/response_logps.c)
     // TR-DPO's reference is held through training (on --resume its checkpoint's: it has moved).
-    if (sync.enabled) reference_sync_cli_load(&c, reference_path, model_path, tokenizer, &model, &reference);
+    if (sync.enabled)
+        reference_sync_cli_load(&c, &sync, reference_path, model_path, tokenizer, &model, &reference, &task.sync);
     else if (reference_path) trainer_cli_load_reference(&c, reference_path, tokenizer, &model, &reference);
     if (!c.quiet) {
         const long undesirable = task.train.count - task.train_desirable_count;
@@ -129,7 +130,6 @@ int cmd_kto(int argc, char **argv) {
     // (TrainTask.prepare, as dpo) -- on --resume taken from the checkpoint, which keeps them.
     if (sync.enabled) {
         kto_task_reference_model(&task, &reference, &c.train);
-        task.sync = (ReferenceSync){.model = &reference, .mixup_alpha = sync.mixup_alpha, .steps = sync.steps};
     } else if (reference_path) {
         kto_task_reference_model(&task, &reference, &c.train);
         model_free(&reference);

@@ -449,8 +449,9 @@ void reference_sync_cli_check(const ReferenceSyncCli *cli, const Option *o, bool
         die_user("option --sync-ref-model needs the policy's weights whole: not with --zero-stage 3");
 }
 
-void reference_sync_cli_load(const TrainerCli *cli, const char *reference_path, const char *model_path,
-                             const Tokenizer *tokenizer, const Model *policy, Model *reference) {
+void reference_sync_cli_load(const TrainerCli *cli, const ReferenceSyncCli *settings, const char *reference_path,
+                             const char *model_path, const Tokenizer *tokenizer, const Model *policy, Model *reference,
+                             ReferenceSync *sync) {
     char *checkpoint = cli->train.resume ? checkpoint_latest(cli->train.run_dir) : NULL;
     char *dir = checkpoint ? checkpoint_model_dir(checkpoint, REFERENCE_SYNC_FOLDER) : NULL;
     if (dir && !fs_is_dir(dir))
@@ -463,9 +464,8 @@ void reference_sync_cli_load(const TrainerCli *cli, const char *reference_path, 
     } else {
         trainer_cli_load_reference(cli, from, tokenizer, policy, reference);
     }
-    if (reference->table.total != policy->table.total || reference->table.count != policy->table.count)
-        die_user("option --sync-ref-model mixes the reference's weights with the policy's, and %s is not shaped as %s",
-                 from, model_path);
+    if (reference_sync_start(sync, reference, policy, settings->mixup_alpha, settings->steps, from, model_path) != 0)
+        die_from_err();
     free(dir), free(checkpoint);
 }
 

@@ -7,6 +7,7 @@
 #include "model/model.h"
 #include "model/weights_io.h"
 #include "train/loop.h"
+#include "train/reference_sync.h"
 
 // LoRA options (model/lora.h): --lora-rank, --lora-alpha, --lora-modules, or with PPO's
 // "actor-" / "critic-" prefixes.
@@ -108,12 +109,13 @@ int reference_sync_cli_options(ReferenceSyncCli *cli, Option *options);
 // option. `options`: the three entries reference_sync_cli_options filled, as parsed.
 void reference_sync_cli_check(const ReferenceSyncCli *cli, const Option *options, bool loss_has_reference,
                               const char *loss_name, bool adapted, long zero_stage);
-// The reference of a --sync-ref-model run: on --resume its checkpoint's REFERENCE_SYNC_FOLDER
-// (it has moved since the start; a checkpoint without one is an error), else `reference_path`
-// (--reference-model) or the policy's starting weights (`model_path`), shaped as `policy`.
-// Exits 2 on error.
-void reference_sync_cli_load(const TrainerCli *cli, const char *reference_path, const char *model_path,
-                             const Tokenizer *tokenizer, const Model *policy, Model *reference);
+// The reference of a --sync-ref-model run, loaded and made to follow `policy` (`sync`,
+// reference_sync_start): on --resume its checkpoint's REFERENCE_SYNC_FOLDER (it has moved since
+// the start; a checkpoint without one is an error), else `reference_path` (--reference-model)
+// or the policy's starting weights (`model_path`). Exits 2 on error.
+void reference_sync_cli_load(const TrainerCli *cli, const ReferenceSyncCli *settings, const char *reference_path,
+                             const char *model_path, const Tokenizer *tokenizer, const Model *policy, Model *reference,
+                             ReferenceSync *sync);
 // The prompts of a dataset's rows (an array of count + 1 pointers into the dataset).
 const char **trainer_cli_prompts(const Dataset *d);
 // The responses of each row, best first, K per row ([i*K + k]): chosen and rejected for

@@ -1641,17 +1641,13 @@ static int setup(Ppo *p) {
     dist_adamw_init(&p->actor_optimizer, &p->actor, adamw, c->zero_stage);
     if (p->has_critic) dist_adamw_init(&p->critic_optimizer, &p->critic, adamw, c->zero_stage);
     if (c->ema) dist_weights_shard_like(&p->ema, &p->actor); // ZeRO-3: the actor's shards
-    if (c->sync_ref_model) {
-        // The mix is of whole float weights of the actor's shape (cmd_ppo refused LoRA and ZeRO-3).
-        if (p->reference_is_actor_base || p->reference.quantized || p->reference.lora.rank > 0)
-            return err_set("--sync-ref-model mixes the actor's float weights into the reference's: not with a quantized "
-                           "reference (--reference-quantize) or adapters");
-        if (p->reference.table.total != p->actor.table.total || p->reference.table.count != p->actor.table.count)
-            return err_set("--sync-ref-model mixes the reference's weights with the actor's, and %s is not shaped as %s",
-                           c->reference_path ? c->reference_path : c->actor_path, c->actor_path);
-        p->reference_sync = (ReferenceSync){.model = &p->reference, .mixup_alpha = c->ref_model_mixup_alpha,
-                                            .steps = c->ref_model_sync_steps};
-    }
+    // (cmd_ppo refused actor LoRA, whose reference is the actor's own base, and ZeRO-3.)
+    CHECK(!(c->sync_ref_model && p->reference_is_actor_base), "--sync-ref-model with the actor's base as reference");
+    if (c->sync_ref_model &&
+        reference_sync_start(&p->reference_sync, &p->reference, &p->actor, c->ref_model_mixup_alpha,
+                             c->ref_model_sync_steps, c->reference_path ? c->reference_path : c->actor_path,
+                             c->actor_path) != 0)
+        return -1;
     p->kl_coef = c->advantage.kl_coef;
     p->entropy_coef = c->entropy_coef;
     p->last_trained_entropy = INFINITY;
@@ -1923,7 +1919,7 @@ int ppo_run(const PpoConfig *config) {
                            (double)rounds, (double)count, hacking.distinct_2, hacking.repetitive_fraction,
                            hacking.same_answer_fraction, hacking.shared_trigram_fraction,
                            (double)__builtin_popcount(p->hacking_active), p->ptx.count > 0 ? ts.ptx_loss / steps : NAN,
-                           p->c.adaptive_entropy ? p->entropy_coef : p->c.entropy_coef, device_mib / 1024.0};
+                           p->entropy_coef, device_mib / 1024.0};
         const int metric_count = (int)(sizeof values / sizeof values[0]) - (device_mib < 0 ? 1 : 0);
         bool failed = metrics_log(&p->metrics, "train", p->iteration, names, values, metric_count) != 0;
     end_iteration:

@@ -6,6 +6,18 @@
 #include "core/check.h"
 #include "dist/zero.h"
 
+int reference_sync_start(ReferenceSync *sync, Model *reference, const Model *policy, double mixup_alpha, long steps,
+                         const char *reference_name, const char *policy_name) {
+    if (reference->quantized || reference->lora.rank > 0)
+        return err_set("--sync-ref-model mixes the policy's float weights into the reference's: not with a quantized "
+                       "reference (--reference-quantize) or adapters");
+    if (reference->table.total != policy->table.total || reference->table.count != policy->table.count)
+        return err_set("--sync-ref-model mixes the reference's weights with the policy's, and %s is not shaped as %s",
+                       reference_name, policy_name);
+    *sync = (ReferenceSync){.model = reference, .mixup_alpha = mixup_alpha, .steps = steps};
+    return 0;
+}
+
 bool reference_sync_after_step(ReferenceSync *sync, const Model *policy, long step) {
     if (!sync->model || step % sync->steps != 0) return false;
     // moving_average: reference = (1 - alpha) reference + alpha policy

@@ -22,6 +22,11 @@ typedef struct {
     long updates;       // updates made so far by this process
 } ReferenceSync;
 
+// Makes `reference` follow `policy` (sync->model set, no update yet): 0, or -1 with err_set()
+// when it cannot -- a quantized reference or one with adapters, or one not shaped as the policy
+// (the mix is of whole float weights). The names are the two models' paths, for the message.
+int reference_sync_start(ReferenceSync *sync, Model *reference, const Model *policy, double mixup_alpha, long steps,
+                         const char *reference_name, const char *policy_name);
 // After optimizer step `step` (the steps taken so far, this one included): whether it ends
 // with an update, which is then made (every rank alike: the same weights, the same mix).
 bool reference_sync_after_step(ReferenceSync *sync, const Model *policy, long step);
