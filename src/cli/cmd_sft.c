@@ -124,14 +124,15 @@ int cmd_sft(int argc, char **argv) {
     task.padding_free = padding_free || (packing && strategy != PACKING_WRAPPED);
     long tokens = 0;
     for (long i = 0; i < task.train.count; i++) tokens += task.train.lengths[i];
-    if (!c.quiet && packing && task.eval_packed && task.eval.count > 0)
+    if (!c.quiet && packing) {
+        const bool eval_rows = task.eval_packed && task.eval.count > 0;
+        char eval_packed[48] = "";
+        if (eval_rows) snprintf(eval_packed, sizeof eval_packed, " packed into %ld rows", task.eval.count);
         fprintf(stderr, "sft: %ld training examples (%ld dropped, %ld cut at %ld tokens) packed (%s) into %ld rows, "
-                "%ld tokens; %ld eval examples packed into %ld rows\n", task.sequences, task.dropped, task.truncated,
-                c.max_seq_len, packing_strategy, task.train.count, tokens, task.eval_sequences, task.eval.count);
-    else if (!c.quiet && packing)
-        fprintf(stderr, "sft: %ld training examples (%ld dropped, %ld cut at %ld tokens) packed (%s) into %ld rows, "
-                "%ld tokens; %ld eval examples\n", task.sequences, task.dropped, task.truncated, c.max_seq_len,
-                packing_strategy, task.train.count, tokens, task.eval.count);
+                "%ld tokens; %ld eval examples%s\n", task.sequences, task.dropped, task.truncated, c.max_seq_len,
+                packing_strategy, task.train.count, tokens, eval_rows ? task.eval_sequences : task.eval.count,
+                eval_packed);
+    }
     else if (!c.quiet)
         fprintf(stderr, "sft: %ld training examples (%ld dropped, %ld cut at %ld tokens), %ld tokens; %ld eval examples\n",
                 task.train.count, task.dropped, task.truncated, c.max_seq_len, tokens, task.eval.count);
