@@ -54,6 +54,8 @@ int cmd_ppo(int argc, char **argv) {
     bool ema = false, hybrid_engine = false, resume = false, quiet = false, checkpointing = false, filter_groups = false, recompute_old = false,
          old_from_rollout = false;
     bool batch_invariant = false, mask_truncated = false;
+    double missing_eos_penalty = 0;
+    long critic_warmup_iterations = 0;
     Option options[144] = {
         {"actor-model", "actor_model_name_or_path model", OPT_STRING, &actor, "the SFT model (actor and, by default, reference)", true, false},
         {"reward-model", "reward_model critic_model_name_or_path_for_reward", OPT_STRING, &reward_model, "the reward model (frozen)", false, false},
@@ -198,6 +200,13 @@ int cmd_ppo(int argc, char **argv) {
          "DAPO's soft overlong punishment: the last N of --max-new-tokens lower the score linearly (0: off)", false, false},
         {"overlong-penalty", "overlong_penalty_factor", OPT_FLOAT, &overlong_penalty,
          "the score lost at --max-new-tokens with --overlong-buffer", false, false},
+        {"missing-eos-penalty", "missing_eos_penalty", OPT_FLOAT, &missing_eos_penalty,
+         "subtracted from the score of each response that hit --max-new-tokens without a stop token (TRL's "
+         "missing_eos_penalty), after --normalize-reward; 0: off", false, false},
+        {"critic-warmup-iterations", "critic_warmup freezing_actor_steps", OPT_INT, &critic_warmup_iterations,
+         "train only the critic for this many first iterations, the actor frozen (OpenRLHF's freezing_actor_steps, "
+         "verl's critic_warmup): its steps, EMA, PTX and schedule start after them; --advantage-estimator gae", false,
+         false},
         {"cliprange-value", "cliprange_value value_clip", OPT_FLOAT, &value_clip, "value clip (0: off)", false, false},
         {"entropy-coef", "entropy_coef", OPT_FLOAT, &entropy_coef,
          "entropy bonus coefficient (with --adaptive-entropy its start)", false, false},
@@ -341,6 +350,7 @@ int cmd_ppo(int argc, char **argv) {
         {"--eval-count", eval_count, 0, 1 << 30}, {"--data-phase", data_phase, 1, 16},
         {"--samples-per-prompt", samples_per_prompt, 1, 4096}, {"--overlong-buffer", overlong_buffer, 0, max_new_tokens - 1},
         {"--max-generation-rounds", max_generation_rounds, 1, PPO_MAX_GENERATION_ROUNDS},
+        {"--critic-warmup-iterations", critic_warmup_iterations, 0, 1L << 40},
     };
     for (size_t i = 0; i < sizeof ranges / sizeof ranges[0]; i++)
         if (ranges[i].value < ranges[i].lo || ranges[i].value > ranges[i].hi)
@@ -366,6 +376,8 @@ int cmd_ppo(int argc, char **argv) {
         die_user("option --top-entropy-quantile must be in [0, 1], got %g", top_entropy_quantile);
     if (!(overlong_penalty >= 0) || !isfinite(overlong_penalty))
         die_user("option --overlong-penalty must be >= 0, got %g", overlong_penalty);
+    if (!(missing_eos_penalty >= 0) || !isfinite(missing_eos_penalty))
+        die_user("option --missing-eos-penalty must be >= 0, got %g", missing_eos_penalty);
     if (warmup_ratio < 0 || warmup_ratio > 1) die_user("option --warmup-ratio must be in [0, 1], got %g", warmup_ratio);
     if (ema_beta <= 0 || ema_beta >= 1) die_user("option --ema-beta must be in (0, 1), got %g", ema_beta);
     if (kl_horizon <= 0) die_user("option --kl-horizon must be positive, got %g", kl_horizon);
@@ -409,6 +421,8 @@ int cmd_ppo(int argc, char **argv) {
                  estimator);
     if (c.estimator != ESTIMATOR_GAE && critic)
         die_user("option --critic-model: --advantage-estimator %s has no critic", estimator);
+    if (c.estimator != ESTIMATOR_GAE && critic_warmup_iterations > 0)
+        die_user("option --critic-warmup-iterations: --advantage-estimator %s has no critic to warm up", estimator);
     c.samples_per_prompt = (int)samples_per_prompt;
     if (!strcmp(scale_rewards, "group")) c.group_scale = GROUP_SCALE_GROUP;
     else if (!strcmp(scale_rewards, "batch")) c.group_scale = GROUP_SCALE_BATCH;
@@ -446,6 +460,7 @@ int cmd_ppo(int argc, char **argv) {
     c.loss.low_entropy_fraction = (float)(1.0 - top_entropy_quantile);
     c.loss.value_clip = (float)value_clip;
     c.overlong_buffer = (int)overlong_buffer, c.overlong_penalty = overlong_penalty;
+    c.missing_eos_penalty = missing_eos_penalty, c.critic_warmup_iterations = critic_warmup_iterations;
     if (filter_groups && !needs_group)
         die_user("option --filter-groups needs groups of responses: --advantage-estimator grpo, dr-grpo, rloo or "
                  "reinforce++-baseline");

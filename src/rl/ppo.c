@@ -194,6 +194,9 @@ typedef struct {
     MetricsWriter metrics;
     // state carried across iterations (saved in checkpoints)
     long iteration, epoch, cursor, optimizer_steps;
+    // The actor's own optimizer steps: fewer than optimizer_steps (the critic's) by the steps of
+    // the --critic-warmup-iterations, which its learning-rate schedule does not count.
+    long actor_steps;
     double kl_coef;
     double reward_count, reward_mean, reward_m2; // running statistics for --normalize-reward
     // --adaptive-entropy: the coefficient now, and the last optimizer step's mean entropy over
@@ -204,6 +207,8 @@ typedef struct {
     // generation's and its entropies the first epoch's training forward's
     // (PpoConfig.old_logprobs_from_rollout).
     bool old_logprobs_from_training, old_logprobs_from_rollout;
+    // This iteration is one of the --critic-warmup-iterations: the critic alone is trained.
+    bool actor_frozen;
     // The first iteration's reward-hacking signals, the alarms' baseline, and the alarms on
     // after the last iteration: a warning is printed when one starts or ends, the same
     // across a resume (both saved in checkpoints).
@@ -498,8 +503,8 @@ static void token_segments(Sample *s) {
 }
 
 // The score of each of the rollout's samples on this rank (reward model, lexicon, code
-// execution, the user's command or a reward server), then the reward normalisation and DAPO's overlong
-// punishment: s->score. Adds the scoring statistics (summed over the ranks) to `stats`.
+// execution, the user's command or a reward server), then the reward normalisation, DAPO's overlong
+// punishment and the missing-EOS penalty: s->score. Adds the scoring statistics (summed over the ranks) to `stats`.
 // Returns 0, or -1 with err_set() on every rank when a rank's reward command or server failed.
 static int score_rollout(Ppo *p, const Rollout *r, RolloutStats *stats) {
     Sample **samples;
@@ -541,6 +546,7 @@ static int score_rollout(Ppo *p, const Rollout *r, RolloutStats *stats) {
             Sample *s = r->local[q];
             s->score = score + overlong_penalty(s->response_length, p->c.max_new_tokens, p->c.overlong_buffer,
                                                 (float)p->c.overlong_penalty);
+            if (r->truncated[q]) s->score -= (float)p->c.missing_eos_penalty;
         }
     }
     free(raw);
@@ -850,6 +856,46 @@ static int most_micro_batches(int samples, int micro_batch) {
     return most;
 }
 
+// The actor's part of a minibatch: policy loss over this rank's `size` samples in `rounds`
+// rounds of micro-batches (one per rank each: dist_backward_round_begin, ZeRO stage 2 sums
+// gradients in every backward), PTX, one optimizer step, then what follows a step.
+static void train_actor_minibatch(Ppo *p, Sample **minibatch, int size, int rounds, int epoch, TrainStats *stats) {
+    dist_zero_grad(&p->actor);
+    // Adaptive entropy control applies the coefficient of the end of the last step, and
+    // only while that step's entropy was at most the target (TRL's gating).
+    const double entropy_coef = !p->c.adaptive_entropy ? p->c.entropy_coef
+                                : p->last_trained_entropy <= p->c.entropy_target ? p->entropy_coef
+                                                                                  : 0.0;
+    const double entropy_before[2] = {stats->actor.trained_entropy, stats->actor.trained_tokens};
+    for (int round = 0, k = 0; round < rounds; round++, k += p->c.micro_batch) {
+        dist_backward_round_begin(&p->actor, round == rounds - 1 && p->ptx.count == 0);
+        if (k < size) {
+            int n = size - k < p->c.micro_batch ? size - k : p->c.micro_batch;
+            stats->policy_loss += actor_micro_step(&p->actor, minibatch + k, n, &p->c.loss, entropy_coef,
+                                                   p->old_logprobs_from_training,
+                                                   p->old_logprobs_from_rollout && epoch == 0, &stats->actor,
+                                                   &stats->entropy);
+        }
+        dist_backward_round_end(&p->actor);
+    }
+    if (p->ptx.count > 0) {
+        dist_backward_round_begin(&p->actor, true);
+        stats->ptx_loss += ptx_micro_step(p);
+        dist_backward_round_end(&p->actor);
+    }
+    double norm = dist_reduce_gradients(&p->actor, &p->actor_optimizer);
+    dist_adamw_step(&p->actor_optimizer, &p->actor, lr_schedule_at(&p->actor_schedule, p->actor_steps),
+                    isfinite(norm) ? grad_clip_coefficient(norm, (float)p->c.clip_norm) : 0.0f);
+    stats->actor_grad_norm += norm;
+    if (p->c.ema) ema_update(p);
+    if (p->c.adaptive_entropy)
+        adapt_entropy_coef(p, stats->actor.trained_entropy - entropy_before[0],
+                           stats->actor.trained_tokens - entropy_before[1]);
+    p->actor_steps++;
+    // TR-DPO's update (TRL's GRPO sync_ref_model): the next rollout's KL is against it.
+    reference_sync_after_step(&p->reference_sync, &p->actor, p->actor_steps);
+}
+
 static void train_on_rollout(Ppo *p, const Rollout *r, TrainStats *stats) {
     const int count = r->count;
     int *order = xmalloc(count * sizeof(int));
@@ -866,40 +912,10 @@ static void train_on_rollout(Ppo *p, const Rollout *r, TrainStats *stats) {
             set_loss_scales(p, r, order + first, last - first);
             Sample **minibatch = mine;
             int size = local_samples(r, order + first, last - first, mine);
-            // Actor: policy loss over the minibatch in micro-batches, then one step. The
-            // micro-batches go in rounds of one per rank (dist_backward_round_begin: ZeRO stage 2
-            // sums gradients in every backward), as many as the rank with the most samples needs.
+            // Actor, then critic: each its loss over the minibatch in micro-batches, then one step;
+            // as many rounds of micro-batches as the rank with the most samples needs.
             const int rounds = most_micro_batches(size, p->c.micro_batch);
-            dist_zero_grad(&p->actor);
-            // Adaptive entropy control applies the coefficient of the end of the last step, and
-            // only while that step's entropy was at most the target (TRL's gating).
-            const double entropy_coef = !p->c.adaptive_entropy ? p->c.entropy_coef
-                                        : p->last_trained_entropy <= p->c.entropy_target ? p->entropy_coef
-                                                                                          : 0.0;
-            const double entropy_before[2] = {stats->actor.trained_entropy, stats->actor.trained_tokens};
-            for (int round = 0, k = 0; round < rounds; round++, k += p->c.micro_batch) {
-                dist_backward_round_begin(&p->actor, round == rounds - 1 && p->ptx.count == 0);
-                if (k < size) {
-                    int n = size - k < p->c.micro_batch ? size - k : p->c.micro_batch;
-                    stats->policy_loss += actor_micro_step(&p->actor, minibatch + k, n, &p->c.loss, entropy_coef,
-                                                           p->old_logprobs_from_training,
-                                                           p->old_logprobs_from_rollout && epoch == 0, &stats->actor,
-                                                           &stats->entropy);
-                }
-                dist_backward_round_end(&p->actor);
-            }
-            if (p->ptx.count > 0) {
-                dist_backward_round_begin(&p->actor, true);
-                stats->ptx_loss += ptx_micro_step(p);
-                dist_backward_round_end(&p->actor);
-            }
-            double norm = dist_reduce_gradients(&p->actor, &p->actor_optimizer);
-            dist_adamw_step(&p->actor_optimizer, &p->actor, lr_schedule_at(&p->actor_schedule, p->optimizer_steps),
-                       isfinite(norm) ? grad_clip_coefficient(norm, (float)p->c.clip_norm) : 0.0f);
-            stats->actor_grad_norm += norm;
-            if (p->c.ema) ema_update(p);
-            if (p->c.adaptive_entropy) adapt_entropy_coef(p, stats->actor.trained_entropy - entropy_before[0],
-                                                          stats->actor.trained_tokens - entropy_before[1]);
+            if (!p->actor_frozen) train_actor_minibatch(p, minibatch, size, rounds, epoch, stats);
             // Critic: value loss, then its own step.
             if (p->has_critic) {
                 dist_zero_grad(&p->critic);
@@ -912,15 +928,13 @@ static void train_on_rollout(Ppo *p, const Rollout *r, TrainStats *stats) {
                     }
                     dist_backward_round_end(&p->critic);
                 }
-                norm = dist_reduce_gradients(&p->critic, &p->critic_optimizer);
+                double norm = dist_reduce_gradients(&p->critic, &p->critic_optimizer);
                 dist_adamw_step(&p->critic_optimizer, &p->critic,
                                 lr_schedule_at(&p->critic_schedule, p->optimizer_steps),
                                 isfinite(norm) ? grad_clip_coefficient(norm, (float)p->c.clip_norm) : 0.0f);
                 stats->critic_grad_norm += norm;
             }
             p->optimizer_steps++;
-            // TR-DPO's update (TRL's GRPO sync_ref_model): the next rollout's KL is against it.
-            reference_sync_after_step(&p->reference_sync, &p->actor, p->optimizer_steps);
             stats->steps++;
         }
     }
@@ -1102,6 +1116,7 @@ static int write_checkpoint(Ppo *p, const AdamW *actor_moments, const AdamW *cri
     json_object_set_new(state, "epoch", json_integer(p->epoch));
     json_object_set_new(state, "cursor", json_integer(p->cursor));
     json_object_set_new(state, "optimizer_steps", json_integer(p->optimizer_steps));
+    json_object_set_new(state, "actor_optimizer_steps", json_integer(p->actor_steps));
     json_object_set_new(state, "kl_coef", json_real(p->kl_coef));
     json_object_set_new(state, "reward_count", json_real(p->reward_count));
     json_object_set_new(state, "reward_mean", json_real(p->reward_mean));
@@ -1243,6 +1258,9 @@ static int resume(Ppo *p) {
         p->epoch = (long)number(state, "epoch");
         p->cursor = (long)number(state, "cursor");
         p->optimizer_steps = (long)number(state, "optimizer_steps");
+        // Checkpoints from before the critic's warm-up: the actor took every step.
+        const json_t *actor_steps = json_object_get(state, "actor_optimizer_steps");
+        p->actor_steps = json_is_integer(actor_steps) ? (long)json_integer_value(actor_steps) : p->optimizer_steps;
         p->kl_coef = number(state, "kl_coef");
         p->reward_count = number(state, "reward_count");
         p->reward_mean = number(state, "reward_mean");
@@ -1721,10 +1739,16 @@ int ppo_run(const PpoConfig *config) {
     if (rc == 0) {
         total_iterations = (p->prompts.count * p->c.epochs + prompts_per_iteration - 1) / prompts_per_iteration;
         if (p->c.max_iterations > 0 && p->c.max_iterations < total_iterations) total_iterations = p->c.max_iterations;
-        long total_steps = total_iterations * p->c.ppo_epochs * p->c.minibatches;
-        long warmup = lr_warmup_steps_from_ratio(p->c.warmup_ratio, total_steps);
-        p->actor_schedule = (LrSchedule){(LrScheduleKind)p->c.schedule, (float)p->c.actor_lr, warmup, total_steps};
-        p->critic_schedule = (LrSchedule){(LrScheduleKind)p->c.schedule, (float)p->c.critic_lr, warmup, total_steps};
+        const long steps_per_iteration = (long)p->c.ppo_epochs * p->c.minibatches;
+        const long total_steps = total_iterations * steps_per_iteration;
+        // The actor's schedule runs over the iterations after the critic's warm-up.
+        const long frozen = p->c.critic_warmup_iterations < total_iterations ? p->c.critic_warmup_iterations
+                                                                            : total_iterations;
+        const long actor_steps = total_steps - frozen * steps_per_iteration;
+        p->actor_schedule = (LrSchedule){(LrScheduleKind)p->c.schedule, (float)p->c.actor_lr,
+                                         lr_warmup_steps_from_ratio(p->c.warmup_ratio, actor_steps), actor_steps};
+        p->critic_schedule = (LrSchedule){(LrScheduleKind)p->c.schedule, (float)p->c.critic_lr,
+                                          lr_warmup_steps_from_ratio(p->c.warmup_ratio, total_steps), total_steps};
         // Every rank starts from rank 0's trainable weights; under ZeRO-3 each keeps its
         // shard of the actor's, critic's and EMA's layers from here (and a LoRA model's base
         // fingerprint, which a resume checks its adapters against, is taken).
@@ -1860,9 +1884,13 @@ int ppo_run(const PpoConfig *config) {
             stopped_by_alarm = true;
             goto end_iteration;
         }
+        // While the actor is frozen nothing trains it, so its log-probs and entropies come from
+        // the experience pass.
+        p->actor_frozen = p->iteration < p->c.critic_warmup_iterations;
         p->old_logprobs_from_training = !p->c.recompute_old_logprobs && p->c.ppo_epochs == 1 && p->c.minibatches == 1 &&
-                                        p->kl_coef == 0 && !(p->c.kl_target > 0);
-        p->old_logprobs_from_rollout = p->c.old_logprobs_from_rollout && !p->old_logprobs_from_training;
+                                        p->kl_coef == 0 && !(p->c.kl_target > 0) && !p->actor_frozen;
+        p->old_logprobs_from_rollout =
+            p->c.old_logprobs_from_rollout && !p->old_logprobs_from_training && !p->actor_frozen;
         double e0 = now_seconds();
         if (count > 0) compute_experience(p, &kept, &rs);
         double t2 = now_seconds();
@@ -1911,7 +1939,7 @@ int ppo_run(const PpoConfig *config) {
                            ts.actor.ratio_sum / actor_tokens, rs.advantage / tokens, rs.value / tokens,
                            rs.macro_actions / experienced, rs.macro_actions > 0 ? rs.kl_tokens / rs.macro_actions : 0,
                            rs.fallbacks,
-                           p->kl_coef, lr_schedule_at(&p->actor_schedule, p->optimizer_steps > 0 ? p->optimizer_steps - 1 : 0),
+                           p->kl_coef, lr_schedule_at(&p->actor_schedule, p->actor_steps > 0 ? p->actor_steps - 1 : 0),
                            lr_schedule_at(&p->critic_schedule, p->optimizer_steps > 0 ? p->optimizer_steps - 1 : 0),
                            ts.actor_grad_norm / steps, ts.critic_grad_norm / steps, time_generation, time_experience,
                            t3 - t2, generation_rate[0], (double)uniform_groups, (double)p->old_logprobs_from_training,
@@ -1921,6 +1949,12 @@ int ppo_run(const PpoConfig *config) {
                            (double)__builtin_popcount(p->hacking_active), p->ptx.count > 0 ? ts.ptx_loss / steps : NAN,
                            p->entropy_coef, device_mib / 1024.0};
         const int metric_count = (int)(sizeof values / sizeof values[0]) - (device_mib < 0 ? 1 : 0);
+        // A frozen actor (--critic-warmup-iterations) took no step: its training figures are null.
+        static const char *const actor_training_metrics[] = {"policy_loss", "clip_fraction", "approx_kl", "ratio",
+                                                             "actor_lr", "actor_grad_norm"};
+        for (int k = 0; k < metric_count && p->actor_frozen; k++)
+            for (size_t a = 0; a < sizeof actor_training_metrics / sizeof actor_training_metrics[0]; a++)
+                if (!strcmp(names[k], actor_training_metrics[a])) values[k] = NAN;
         bool failed = metrics_log(&p->metrics, "train", p->iteration, names, values, metric_count) != 0;
     end_iteration:
         for (int round = 0; round < rounds; round++) {

@@ -130,6 +130,13 @@ typedef struct {
     int max_generation_rounds;
     int overlong_buffer;      // DAPO's soft overlong punishment (rl/advantage.h overlong_penalty); 0: off
     double overlong_penalty;  // its factor
+    // Subtracted from the score of each response that hit max_new_tokens without a stop token
+    // (TRL's missing_eos_penalty), after the reward normalisation, as the overlong punishment; 0: off.
+    double missing_eos_penalty;
+    // The first critic_warmup_iterations iterations train the critic only: the actor takes no
+    // step (nor its EMA, PTX, entropy control or reference sync) and its learning-rate schedule
+    // starts when it does (OpenRLHF's freezing_actor_steps, verl's critic_warmup). GAE only.
+    long critic_warmup_iterations;
     double kl_target, kl_horizon; // adaptive KL controller when kl_target > 0
     double entropy_coef, ptx_coef;
     // Adaptive entropy control (Skywork-OR1; TRL's use_adaptive_entropy): entropy_coef is the

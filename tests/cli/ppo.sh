@@ -330,6 +330,58 @@ ok &= all(g > 0 for _, g, _ in none_off)
 sys.exit(0 if ok else 1)
 PYEOF
     pass ppo_mask_truncated_completions || fail ppo_mask_truncated_completions "$(tail -n 2 "$tmp/mask_3_on.err")"
+# --missing-eos-penalty (TRL's): the first rollout is the plain run's (the same raw scores), and
+# its mean score is lower by the penalty times the fraction of responses cut at 12 tokens
+# (some stop, some do not, in this SFT's first rollout).
+for penalty in 0 0.5; do
+    "$bin" ppo "${short[@]}" --max-new-tokens 12 --max-iterations 1 --missing-eos-penalty $penalty \
+        --output "$tmp/eos_$penalty" 2> "$tmp/eos_$penalty.err"
+done
+python3 - "$tmp/eos_0/metrics.jsonl" "$tmp/eos_0.5/metrics.jsonl" << 'PYEOF' &&
+import json, sys
+plain, penalised = [[r for r in map(json.loads, open(p)) if "train/score" in r][0] for p in sys.argv[1:3]]
+cut = 1 - penalised["train/stopped_fraction"]
+print(f"score {plain['train/score']} -> {penalised['train/score']}, raw {plain['train/raw_score']} -> "
+      f"{penalised['train/raw_score']}, cut fraction {cut}", file=sys.stderr)
+ok = plain["train/raw_score"] == penalised["train/raw_score"] and 0 < cut < 1
+ok &= abs(penalised["train/score"] - (plain["train/score"] - 0.5 * cut)) < 1e-6
+sys.exit(0 if ok else 1)
+PYEOF
+    pass ppo_missing_eos_penalty || fail ppo_missing_eos_penalty "$(tail -n 2 "$tmp/eos_0.5.err")"
+expect_error ppo_missing_eos_penalty_negative "--missing-eos-penalty must be >= 0" "$bin" ppo "${common[@]}" \
+    --missing-eos-penalty -1 --output "$tmp/x"
+# --critic-warmup-iterations (OpenRLHF's freezing_actor_steps): in the first iteration the critic
+# takes the plain run's step (the same bits) and the actor none (its weights those it started
+# from; no policy figures, null); the actor's schedule starts at its own first step (iteration 2
+# logs the full learning rate, the plain run less: linear decay, no warm-up); a run resumed at
+# iteration 1 ends as the one that never stopped.
+warm=(--warmup-ratio 0 --save-every 1 --keep-last 0)
+run critic_warmup "${warm[@]}" --critic-warmup-iterations 1
+run critic_warmup_plain "${warm[@]}"
+rm -rf "$tmp/critic_warmup_resumed" && mkdir -p "$tmp/critic_warmup_resumed" &&
+    cp -r "$tmp/critic_warmup/checkpoint-1" "$tmp/critic_warmup_resumed/"
+run critic_warmup_resumed "${warm[@]}" --critic-warmup-iterations 1 --resume
+python3 - "$tmp/critic_warmup/metrics.jsonl" "$tmp/critic_warmup_plain/metrics.jsonl" << 'PYEOF' &&
+import json, sys
+warm, plain = [[r for r in map(json.loads, open(p)) if "train/score" in r] for p in sys.argv[1:3]]
+print(f"actor lr {[r['train/actor_lr'] for r in warm]} (plain {[r['train/actor_lr'] for r in plain]}), "
+      f"policy loss {[r['train/policy_loss'] for r in warm]}", file=sys.stderr)
+ok = len(warm) == len(plain) == 3 and warm[0]["train/policy_loss"] is None and warm[0]["train/actor_lr"] is None
+ok &= warm[0]["train/value_loss"] == plain[0]["train/value_loss"] and warm[0]["train/score"] == plain[0]["train/score"]
+ok &= abs(warm[1]["train/actor_lr"] - 1e-3) < 1e-9 and plain[1]["train/actor_lr"] < 0.9e-3
+ok &= all(r["train/policy_loss"] is not None for r in warm[1:])
+sys.exit(0 if ok else 1)
+PYEOF
+    cmp -s "$tmp/critic_warmup/checkpoint-1/critic/model.safetensors" \
+        "$tmp/critic_warmup_plain/checkpoint-1/critic/model.safetensors" &&
+    weights_close "$tmp/critic_warmup/checkpoint-1/actor/model.safetensors" "$model/model.safetensors" 0 > /dev/null &&
+    ! weights_close "$tmp/critic_warmup/final/actor/model.safetensors" "$model/model.safetensors" 0 > /dev/null &&
+    cmp -s "$tmp/critic_warmup/final/actor/model.safetensors" "$tmp/critic_warmup_resumed/final/actor/model.safetensors" &&
+    pass ppo_critic_warmup || fail ppo_critic_warmup "$(tail -n 2 "$tmp/critic_warmup_resumed.err")"
+expect_error ppo_critic_warmup_grpo "has no critic to warm up" "$bin" ppo "${common[@]}" --advantage-estimator grpo \
+    --samples-per-prompt 2 --critic-warmup-iterations 1 --output "$tmp/x"
+expect_error ppo_critic_warmup_negative "--critic-warmup-iterations must be in" "$bin" ppo "${common[@]}" \
+    --critic-warmup-iterations -1 --output "$tmp/x"
 # --sync-ref-model (TRL's GRPO sync_ref_model): with alpha 1 and an update after every optimizer
 # step the reference is the actor as each rollout begins, so every iteration's KL is 0 (without
 # the option the third is not); with alpha 0.5 every 2 steps the checkpoints hold the moved
