@@ -394,25 +394,54 @@ static void test_returns_to_go(void) {
     EXPECT(!strcmp(advantage_estimator_name(ESTIMATOR_REINFORCE_PP), "reinforce++"), "canonical name");
 }
 
-// The k3 KL loss: zero where the policy is the reference, never negative, its value by hand,
-// and its gradient against central differences.
-static void test_kl_loss(void) {
+// The KL estimators (rl/kl_estimator.h) of the loss term and the reward penalty: each zero
+// where the policy is the reference (with a zero gradient but k1's), its value by hand as TRL and
+// OpenRLHF write it, and its gradient against central differences.
+static void test_kl_estimators(void) {
     const float ref[3] = {-1.0f, -2.5f, -0.25f}, same[3] = {-1.0f, -2.5f, -0.25f};
-    float dlogp[3] = {0};
-    EXPECT_CLOSE(ppo_kl_loss(same, ref, 3, 0.1f, 1.0f, dlogp), 0.0, 1e-15, 0, "k3 at the reference");
-    EXPECT(dlogp[0] == 0 && dlogp[1] == 0 && dlogp[2] == 0, "zero gradient at the reference");
-    const float moved[3] = {-0.5f, -3.0f, -0.25f};
-    // k3 = exp(d) - d - 1 with d = ref - new: d = -0.5, 0.5, 0
-    const double want = (exp(-0.5) + 0.5 - 1) + (exp(0.5) - 0.5 - 1);
-    float grad[3] = {0};
-    EXPECT_CLOSE(ppo_kl_loss(moved, ref, 3, 0.2f, 0.5f, grad), want, 1e-7, 1e-6, "k3 by hand");
-    for (int t = 0; t < 3; t++) {
-        float up[3], down[3];
-        memcpy(up, moved, sizeof up), memcpy(down, moved, sizeof down);
-        up[t] += 1e-3f, down[t] -= 1e-3f;
-        double numeric = 0.2 * 0.5 * (ppo_kl_loss(up, ref, 3, 0, 0, NULL) - ppo_kl_loss(down, ref, 3, 0, 0, NULL)) / 2e-3;
-        EXPECT_CLOSE(grad[t], numeric, 1e-5, 1e-3, "k3 gradient");
+    const float moved[3] = {-0.5f, -3.0f, -0.25f}; // x = logp - ref: 0.5, -0.5, 0
+    // TRL: logr = ref - logp; k3 = (exp(logr) - 1) - logr. OpenRLHF: k2 = (logp - ref)^2 / 2.
+    const double k3 = ((exp(-0.5) - 1) + 0.5) + ((exp(0.5) - 1) - 0.5);
+    const double want[4] = {0.5 - 0.5 + 0, 2 * 0.5 * 0.25, k3, 0.5 + 0.5}; // k1, k2, k3, abs
+    for (int e = KL_K1; e <= KL_ABS; e++) {
+        KlEstimator estimator;
+        EXPECT(kl_estimator_from_name(kl_estimator_name((KlEstimator)e), &estimator) == 0 && (int)estimator == e,
+               "name %s", kl_estimator_name((KlEstimator)e));
+        float dlogp[3] = {0};
+        const char *name = kl_estimator_name(estimator);
+        EXPECT_CLOSE(ppo_kl_loss(estimator, same, ref, 3, 0.1f, 1.0f, dlogp), 0.0, 1e-15, 0, name);
+        // (k1's gradient is 1 everywhere: its mean over samples, not each sample's, is the KL's)
+        const float at_reference = estimator == KL_K1 ? 0.1f : 0.0f;
+        EXPECT(dlogp[0] == at_reference && dlogp[1] == at_reference && dlogp[2] == at_reference,
+               "%s: gradient at the reference %g", name, dlogp[0]);
+        float grad[3] = {0};
+        EXPECT_CLOSE(ppo_kl_loss(estimator, moved, ref, 3, 0.2f, 0.5f, grad), want[e], 1e-7, 1e-6, name);
+        for (int t = 0; t < 3; t++) {
+            float up[3], down[3];
+            memcpy(up, moved, sizeof up), memcpy(down, moved, sizeof down);
+            up[t] += 1e-3f, down[t] -= 1e-3f;
+            double numeric = 0.2 * 0.5 *
+                             (ppo_kl_loss(estimator, up, ref, 3, 0, 0, NULL) - ppo_kl_loss(estimator, down, ref, 3, 0, 0, NULL)) /
+                             ((double)up[t] - down[t]);
+            EXPECT_CLOSE(grad[t], numeric, 1e-5, 1e-3, name);
+        }
+        // The reward penalty: -beta times the same estimate on every token, the score on the last.
+        AdvantageConfig config = {.kl_coef = 0.1f, .kl_estimator = estimator};
+        float rewards[3];
+        token_rewards(&config, moved, ref, 1.5f, 3, rewards);
+        double sum = 0;
+        for (int t = 0; t < 3; t++) sum += rewards[t];
+        EXPECT_CLOSE(sum, -0.1 * want[e] + 1.5, 1e-6, 1e-6, name);
     }
+    // k1's penalty is the float log-ratio times -beta, as before estimators: the same bits.
+    AdvantageConfig k1 = {.kl_coef = 0.05f};
+    const float logp[2] = {-0.123456f, -7.654321f}, logp_ref[2] = {-3.3e-8f, -0.5f};
+    float rewards[2];
+    token_rewards(&k1, logp, logp_ref, 0.0f, 2, rewards);
+    for (int t = 0; t < 2; t++)
+        EXPECT(rewards[t] == -0.05f * (logp[t] - logp_ref[t]), "k1 penalty bits at %d", t);
+    KlEstimator unknown;
+    EXPECT(kl_estimator_from_name("low_var_kl", &unknown) != 0, "unknown estimator refused");
 }
 
 int main(void) {
@@ -423,7 +452,7 @@ int main(void) {
     RUN(test_clip_higher);
     RUN(test_overlong_penalty);
     RUN(test_returns_to_go);
-    RUN(test_kl_loss);
+    RUN(test_kl_estimators);
     RUN(test_policy_losses_against_trl);
     RUN(test_policy_loss_forms_by_hand);
     TEST_EXIT();

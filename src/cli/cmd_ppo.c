@@ -31,7 +31,7 @@ int cmd_ppo(int argc, char **argv) {
     long top_k = c.sampler.top_k, ngram = c.macro.ngram, repeat_times = c.macro.repeat_times;
     long parser_cutoff = c.macro.parser_cutoff, eval_every = 0, save_every = 0, keep_last = c.keep_last, seed = 1234;
     long eval_count = 0, data_phase = 3, threads = 0, zero_stage = 0, samples_per_prompt = 1;
-    char *estimator = "gae";
+    char *estimator = "gae", *kl_estimator = "k1", *kl_loss_type = NULL;
     const char *reference_quantize = NULL, *reward_quantize = "none", *actor_quantize = "none", *critic_quantize = "none";
     double temperature = c.sampler.temperature, top_p = c.sampler.top_p, actor_lr = c.actor_lr, critic_lr = c.critic_lr;
     double weight_decay = c.weight_decay, warmup_ratio = c.warmup_ratio, clip_norm = c.clip_norm;
@@ -153,8 +153,16 @@ int cmd_ppo(int argc, char **argv) {
          "take the old log-probs from generation, as TRL's PPOTrainer does, instead of a forward of the actor over the "
          "rollout (one forward fewer per iteration)", false, false},
         {"kl-ctl", "kl_ctl kl_coef init_kl_coef", OPT_FLOAT, &kl_coef, "KL penalty coefficient beta", false, false},
+        {"kl-estimator", "kl_estimator", OPT_STRING, &kl_estimator,
+         "the KL penalty's per-token estimate from x = logp - logp_ref: k1 (x, the released code's), k2 (x^2 / 2), "
+         "k3 (exp(-x) - 1 + x: unbiased, never negative; TRL's and OpenRLHF's kl_estimator) or abs (|x|); "
+         "train/kl logs k1's whatever this", false, false},
         {"kl-loss-coef", "kl_loss_coef", OPT_FLOAT, &kl_loss_coef,
-         "KL to the reference as a k3 loss term (verl's use_kl_loss, TRL's GRPO beta); pair with --kl-ctl 0", false, false},
+         "KL to the reference as a loss term, k3 by default (verl's use_kl_loss, TRL's GRPO beta); pair with --kl-ctl 0",
+         false, false},
+        {"kl-loss-type", "kl_loss_type", OPT_STRING, &kl_loss_type,
+         "--kl-loss-coef's per-token estimate: k3 (the default: verl's low_var_kl unclamped, TRL's GRPO KL), k1, k2 "
+         "(verl's mse) or abs", false, false},
         {"kl-target", "target", OPT_FLOAT, &kl_target, "adaptive KL controller target (0: fixed beta)", false, false},
         {"kl-horizon", "horizon", OPT_FLOAT, &kl_horizon, "adaptive KL controller horizon", false, false},
         {"alarm-length-ratio", "alarm_length_ratio", OPT_FLOAT, &alarm_length_ratio,
@@ -471,6 +479,12 @@ int cmd_ppo(int argc, char **argv) {
     c.max_generation_rounds = (int)max_generation_rounds;
     if (!(kl_loss_coef >= 0) || !isfinite(kl_loss_coef)) die_user("option --kl-loss-coef must be >= 0, got %g", kl_loss_coef);
     c.loss.kl_loss_coef = (float)kl_loss_coef;
+    if (kl_estimator_from_name(kl_estimator, &c.advantage.kl_estimator) != 0)
+        die_user("option --kl-estimator must be k1, k2, k3 or abs, got '%s'", kl_estimator);
+    if (kl_loss_type && kl_estimator_from_name(kl_loss_type, &c.loss.kl_loss_estimator) != 0)
+        die_user("option --kl-loss-type must be k1, k2, k3 or abs, got '%s'", kl_loss_type);
+    if (kl_loss_type && !(kl_loss_coef > 0))
+        die_user("option --kl-loss-type picks --kl-loss-coef's estimate: give --kl-loss-coef above 0");
     c.kl_target = kl_target, c.kl_horizon = kl_horizon, c.entropy_coef = entropy_coef, c.ptx_coef = ptx_coef;
     c.adaptive_entropy = adaptive_entropy;
     c.entropy_coef_min = entropy_coef_min, c.entropy_coef_max = entropy_coef_max;

@@ -30,7 +30,10 @@ float clipped_score(const AdvantageConfig *config, float score) {
 
 void token_rewards(const AdvantageConfig *config, const float *logp, const float *logp_ref, float score, int R,
                    float *rewards) {
-    for (int j = 0; j < R; j++) rewards[j] = -config->kl_coef * (logp[j] - logp_ref[j]);
+    for (int j = 0; j < R; j++) {
+        const float log_ratio = logp[j] - logp_ref[j]; // (k1's penalty is this float itself)
+        rewards[j] = -config->kl_coef * (float)kl_estimate(config->kl_estimator, log_ratio);
+    }
     if (R > 0) rewards[R - 1] += clipped_score(config, score);
 }
 

@@ -8,18 +8,21 @@
 #pragma once
 #include <stdbool.h>
 
+#include "rl/kl_estimator.h"
+
 typedef enum { VALUE_EQUAL, VALUE_POSITION, VALUE_UNIT } ValueFunction;
 typedef enum { MACRO_REWARD_MEAN, MACRO_REWARD_SUM } MacroReward;
 
 typedef struct {
     float kl_coef;        // beta
+    KlEstimator kl_estimator; // the penalty's per-token KL (rl/kl_estimator.h; released: k1)
     float reward_clip;    // the RM score is clipped to [-clip, clip] (released: 2.5); <= 0: off
     float gamma, lambda;  // GAE (released: 1.0, 0.95)
     ValueFunction value_function;
     MacroReward macro_reward; // mean (released code) or sum (paper)
 } AdvantageConfig;
 
-// r[j] = -beta * (logp[j] - logp_ref[j]); r[R-1] += clip(score).
+// r[j] = -beta * kl(logp[j] - logp_ref[j]) (k1: the log-ratio itself); r[R-1] += clip(score).
 void token_rewards(const AdvantageConfig *config, const float *logp, const float *logp_ref, float score, int R,
                    float *rewards);
 

@@ -158,7 +158,7 @@ double actor_micro_step(Model *actor, Sample *const *samples, int count, const P
                                                  stats);
         if (loss->kl_loss_coef > 0)
             total += s->loss_scale * loss->kl_loss_coef *
-                     ppo_kl_loss(logp + offset, s->logp_ref, s->response_length, loss->kl_loss_coef, s->loss_scale,
+                     ppo_kl_loss(loss->kl_loss_estimator, logp + offset, s->logp_ref, s->response_length, loss->kl_loss_coef, s->loss_scale,
                                  dlogp + offset);
         for (int j = 0; j < s->response_length; j++) {
             *entropy_sum += entropy[offset + j];

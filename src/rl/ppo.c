@@ -74,7 +74,7 @@ PpoConfig ppo_default_config(void) {
         .loss = {.clip_ratio = 0.2f, .clip_ratio_high = 0.2f, .value_clip = 0.2f, .ratio = RATIO_PER_TOKEN,
                  .policy_loss = POLICY_LOSS_PPO, .cispo_max_weight = 5.0f, .sapo_temperature_pos = 1.0f,
                  .sapo_temperature_neg = 1.05f, .vespo_k_pos = 2.0f, .vespo_lambda_pos = 3.0f,
-                 .vespo_k_neg = 3.0f, .vespo_lambda_neg = 2.0f},
+                 .vespo_k_neg = 3.0f, .vespo_lambda_neg = 2.0f, .kl_loss_estimator = KL_K3},
         .macro = {.condition = TERMINATION_FIXED, .ngram = 5, .repeat_times = 1, .randomized_include_one = true,
                   .parser_cutoff = 5, .dedupe_boundaries = true, .ppl_monotone = false, .seed = 1234},
         .kl_horizon = 10000,
@@ -458,7 +458,7 @@ static int all_local_samples(const Rollout *r, Sample ***out) {
 }
 
 // GRPO / RLOO: each kept sample's advantage from the sequence rewards of its group,
-// clip(score) - kl_coef * sum_t (logp - logp_ref), gathered from every rank (each holds
+// clip(score) - kl_coef * sum_t kl(logp - logp_ref) (--kl-estimator; k1: the log-ratio), gathered from every rank (each holds
 // some of a group's samples). Indexed by rollout position.
 static double *group_estimates(Ppo *p, const Rollout *r, const AdvantageConfig *advantage) {
     double *rewards = xcalloc(r->count + 1, sizeof(double));
@@ -466,7 +466,8 @@ static double *group_estimates(Ppo *p, const Rollout *r, const AdvantageConfig *
         const Sample *s = r->local[q];
         if (!s) continue;
         double kl = 0;
-        for (int j = 0; j < s->response_length; j++) kl += (double)s->logp_old[j] - s->logp_ref[j];
+        for (int j = 0; j < s->response_length; j++)
+            kl += kl_estimate(advantage->kl_estimator, (double)s->logp_old[j] - s->logp_ref[j]);
         rewards[q] = clipped_score(advantage, s->score) - advantage->kl_coef * kl;
     }
     dist_sum_doubles(rewards, r->count);

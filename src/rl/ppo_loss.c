@@ -203,12 +203,13 @@ double ppo_quantile(const float *values, long n, double q) {
     return value;
 }
 
-double ppo_kl_loss(const float *logp_new, const float *logp_ref, int R, float coef, float scale, float *dlogp) {
+double ppo_kl_loss(KlEstimator estimator, const float *logp_new, const float *logp_ref, int R, float coef, float scale,
+                   float *dlogp) {
     double sum = 0;
     for (int t = 0; t < R; t++) {
-        const double log_ratio = (double)logp_ref[t] - logp_new[t], ratio = exp(log_ratio);
-        sum += ratio - log_ratio - 1.0;
-        if (dlogp) dlogp[t] += (float)(scale * coef * (1.0 - ratio));
+        const double log_ratio = (double)logp_new[t] - logp_ref[t];
+        sum += kl_estimate(estimator, log_ratio);
+        if (dlogp) dlogp[t] += (float)(scale * coef * kl_estimate_slope(estimator, log_ratio));
     }
     return sum;
 }

@@ -23,6 +23,8 @@
 // N is the number of response tokens in the optimizer step (scale = 1/N).
 #pragma once
 
+#include "rl/kl_estimator.h"
+
 typedef enum { RATIO_PER_TOKEN, RATIO_MACRO_PRODUCT, RATIO_SEQUENCE_MEAN } RatioKind;
 typedef enum { POLICY_LOSS_PPO, POLICY_LOSS_CISPO, POLICY_LOSS_SAPO, POLICY_LOSS_VESPO } PolicyLossKind;
 
@@ -36,6 +38,7 @@ typedef struct {
     float sapo_temperature_pos, sapo_temperature_neg; // SAPO's tau (TRL: 1.0 and 1.05)
     float vespo_k_pos, vespo_lambda_pos, vespo_k_neg, vespo_lambda_neg; // VESPO's phi (TRL: 2, 3, 3, 2)
     float kl_loss_coef; // > 0: plus this times ppo_kl_loss per token (verl's use_kl_loss, TRL's GRPO beta)
+    KlEstimator kl_loss_estimator; // its per-token KL (verl's kl_loss_type; default k3)
     // The clipped loss's two-sided clipping (TRL's delta, INTELLECT-2; verl's dual clip,
     // clip_ratio_c): its unclipped term takes min(ratio, ratio_cap), so a negative advantage's
     // loss stops growing with the ratio. 0: none.
@@ -66,11 +69,12 @@ double ppo_value_loss(const PpoLossConfig *config, const float *values_new, cons
                       const float *returns, int R, float scale, float *dvalues, PpoLossStats *stats);
 
 // The KL to the reference as a loss term instead of (or besides) the reward penalty:
-// sum_t k3_t with k3 = exp(ref - new) - (ref - new) - 1, Schulman's estimator (unbiased,
-// never negative; verl's "low_var_kl", TRL GRPO's per-token KL). Accumulates
-// scale * coef * d k3 / d logp_new = scale * coef * (1 - exp(ref - new)) into dlogp (may be
-// NULL). Returns the summed k3 (before coef and scale).
-double ppo_kl_loss(const float *logp_new, const float *logp_ref, int R, float coef, float scale, float *dlogp);
+// sum_t kl(new - ref) by the estimator (rl/kl_estimator.h; verl's default and TRL GRPO's per-token
+// KL is k3 = exp(ref - new) - (ref - new) - 1, unbiased and never negative). Accumulates
+// scale * coef * d kl / d logp_new (k3: 1 - exp(ref - new)) into dlogp (may be NULL). Returns
+// the summed kl (before coef and scale).
+double ppo_kl_loss(KlEstimator estimator, const float *logp_new, const float *logp_ref, int R, float coef, float scale,
+                   float *dlogp);
 
 // The q-quantile of values[0, n) (n > 0) as torch.quantile's default computes it: sorted, at
 // position q (n - 1), interpolated linearly between its two neighbours.

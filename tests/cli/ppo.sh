@@ -302,6 +302,36 @@ run grpo_kl_loss --advantage-estimator grpo --samples-per-prompt 2 --kl-ctl 0 --
 [ -f "$tmp/grpo_kl_loss/final/actor/model.safetensors" ] && ! cmp -s "$tmp/grpo_kl_loss/final/actor/model.safetensors" \
     "$tmp/grpo_no_kl/final/actor/model.safetensors" && pass grpo_kl_loss || fail grpo_kl_loss "$(tail -n 3 "$tmp/grpo_kl_loss.err")"
 expect_error bad_kl_loss_coef "--kl-loss-coef" "$bin" ppo "${common[@]}" --output "$tmp/x" --kl-loss-coef -1
+# The KL loss term's estimator (--kl-loss-type; its arithmetic is test_ppo_math's): k3 is the
+# default, bit for bit; k2 is another training.
+run grpo_kl_loss_k3 --advantage-estimator grpo --samples-per-prompt 2 --kl-ctl 0 --kl-loss-coef 0.1 --kl-loss-type k3 \
+    --termination-condition token
+run grpo_kl_loss_k2 --advantage-estimator grpo --samples-per-prompt 2 --kl-ctl 0 --kl-loss-coef 0.1 --kl-loss-type k2 \
+    --termination-condition token
+cmp -s "$tmp/grpo_kl_loss/final/actor/model.safetensors" "$tmp/grpo_kl_loss_k3/final/actor/model.safetensors" &&
+    [ -f "$tmp/grpo_kl_loss_k2/final/actor/model.safetensors" ] &&
+    ! cmp -s "$tmp/grpo_kl_loss/final/actor/model.safetensors" "$tmp/grpo_kl_loss_k2/final/actor/model.safetensors" &&
+    pass grpo_kl_loss_type || fail grpo_kl_loss_type "$(tail -n 2 "$tmp/grpo_kl_loss_k2.err")"
+# The reward penalty's estimator (--kl-estimator): k1 is the default, bit for bit; with k3 the
+# first iteration is the same (the actor is the reference: every estimate 0) and the run is not.
+run kl_k1 --termination-condition token --kl-estimator k1
+run kl_k3 --termination-condition token --kl-estimator k3
+python3 - "$tmp/token/metrics.jsonl" "$tmp/kl_k3/metrics.jsonl" << 'PYEOF' &&
+import json, sys
+k1, k3 = [[r for r in map(json.loads, open(p)) if "train/score" in r] for p in sys.argv[1:3]]
+print(f"scores k1 {[r['train/score'] for r in k1]}, k3 {[r['train/score'] for r in k3]}", file=sys.stderr)
+keys = ["train/score", "train/kl", "train/value_loss", "train/policy_loss", "train/advantage", "train/actor_grad_norm"]
+ok = len(k1) == len(k3) == 3 and all(k1[0][k] == k3[0][k] for k in keys)
+sys.exit(0 if ok and any(k1[2][k] != k3[2][k] for k in keys) else 1)
+PYEOF
+    cmp -s "$tmp/token/final/actor/model.safetensors" "$tmp/kl_k1/final/actor/model.safetensors" &&
+    [ -f "$tmp/kl_k3/final/actor/model.safetensors" ] &&
+    ! cmp -s "$tmp/token/final/actor/model.safetensors" "$tmp/kl_k3/final/actor/model.safetensors" &&
+    pass ppo_kl_estimator || fail ppo_kl_estimator "$(tail -n 2 "$tmp/kl_k3.err")"
+expect_error ppo_kl_estimator_unknown "--kl-estimator must be k1, k2, k3 or abs" "$bin" ppo "${common[@]}" \
+    --kl-estimator low_var_kl --output "$tmp/x"
+expect_error ppo_kl_loss_type_without_coef "give --kl-loss-coef above 0" "$bin" ppo "${common[@]}" --kl-loss-type k2 \
+    --output "$tmp/x"
 # --mask-truncated-completions (TRL's, DAPO's overlong filtering): only the responses that
 # stopped train the actor. The fixture model rarely says EOS, so the actor here is one SFT made
 # to answer in one short sentence. With the option an iteration has an actor gradient (and a
