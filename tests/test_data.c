@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "core/check.h"
+#include "data/column_renames.h"
 #include "data/dataset.h"
 #include "data/mt19937.h"
 #include "data/split.h"
@@ -442,6 +443,55 @@ static void test_keep_raw(void) {
     CHECK(dataset_load(&plain, path, DATA_FORMAT_AUTO, 0) == 0, "%s", err_msg());
     EXPECT(plain.records[0].raw == NULL, "plain load keeps no raw rows");
     dataset_free(&plain);
+}
+
+// --rename-columns: a file with other field names reads as the format's own; the renames are
+// simultaneous (a swap works); a missing old field or a taken new name is an error naming the
+// file and line; the raw row is the file's; a malformed list is refused naming the option.
+static void test_column_renames(void) {
+    ColumnRenames renames;
+    CHECK(column_renames_parse("question=prompt,answer=response", "--rename-columns", &renames) == 0, "%s", err_msg());
+    EXPECT(renames.count == 2 && !strcmp(renames.from[1], "answer") && !strcmp(renames.to[1], "response"), "parsed");
+    const char *path = write_text("renamed.jsonl", "{\"question\": \"2+2?\", \"answer\": \" 4\", \"id\": 1}\n"
+                                                   "{\"question\": \"3+3?\", \"answer\": \" 6\"}\n");
+    Dataset d;
+    CHECK(dataset_load_with(&d, path, &(DatasetLoadOptions){.renames = &renames, .keep_raw = true}) == 0, "%s",
+          err_msg());
+    EXPECT(d.count == 2 && d.format == DATA_FORMAT_SFT, "%ld rows, format %s", d.count, data_format_name(d.format));
+    EXPECT_STR(d.records[1].prompt, "3+3?");
+    EXPECT_STR(d.records[1].chosen, " 6");
+    EXPECT_STR(d.records[0].raw, "{\"question\":\"2+2?\",\"answer\":\" 4\",\"id\":1}");
+    dataset_free(&d);
+    // The second row lacks "answer": its line is named.
+    const char *missing = write_text("renamed_missing.jsonl", "{\"question\": \"a\", \"answer\": \"b\"}\n"
+                                                              "{\"question\": \"c\", \"reply\": \"d\"}\n");
+    err_clear();
+    EXPECT(dataset_load_with(&d, missing, &(DatasetLoadOptions){.renames = &renames}) == -1 &&
+               strstr(err_msg(), "no field \"answer\"") && strstr(err_msg(), "renamed_missing.jsonl:2"),
+           "missing field: %s", err_msg());
+    // A row that has "prompt" already cannot take another.
+    const char *taken = write_text("renamed_taken.jsonl", "{\"question\": \"a\", \"answer\": \"b\", \"prompt\": \"c\"}\n");
+    err_clear();
+    EXPECT(dataset_load_with(&d, taken, &(DatasetLoadOptions){.renames = &renames}) == -1 &&
+               strstr(err_msg(), "field \"prompt\" already") && strstr(err_msg(), "renamed_taken.jsonl:1"),
+           "taken name: %s", err_msg());
+    column_renames_free(&renames);
+    // A swap: chosen and rejected trade places.
+    CHECK(column_renames_parse("chosen=rejected,rejected=chosen", "--rename-columns", &renames) == 0, "%s", err_msg());
+    const char *pairs = write_text("swapped.jsonl", "{\"prompt\": \"p\", \"chosen\": \" good\", \"rejected\": \" bad\"}\n");
+    CHECK(dataset_load_with(&d, pairs, &(DatasetLoadOptions){.renames = &renames}) == 0, "%s", err_msg());
+    EXPECT_STR(d.records[0].chosen, " bad");
+    EXPECT_STR(d.records[0].rejected, " good");
+    dataset_free(&d);
+    column_renames_free(&renames);
+    const char *bad[] = {"question", "=prompt", "question=", "a=b=c", "a=b,a=c", "a=c,b=c", "a=b,"};
+    for (size_t k = 0; k < sizeof bad / sizeof bad[0]; k++) {
+        err_clear();
+        EXPECT(column_renames_parse(bad[k], "--rename-columns", &renames) == -1 &&
+                   strstr(err_msg(), "--rename-columns"),
+               "'%s' accepted: %s", bad[k], err_msg());
+    }
+    EXPECT(column_renames_parse(NULL, "--rename-columns", &renames) == 0 && renames.count == 0, "none");
 }
 
 // --- splits ------------------------------------------------------------------------------
@@ -890,6 +940,7 @@ int main(void) {
     RUN(test_forced_formats);
     RUN(test_take);
     RUN(test_keep_raw);
+    RUN(test_column_renames);
     RUN(test_mt19937_matches_numpy);
     RUN(test_splits_match_numpy);
     RUN(test_split_partition_and_determinism);

@@ -32,6 +32,7 @@
 #include "core/check.h"
 #include "core/progress.h"
 #include "data/chat_data.h"
+#include "data/column_renames.h"
 #include "data/dataset.h"
 #include "dist/dist.h"
 #include "eval/lexicon.h"
@@ -143,13 +144,15 @@ int cmd_infer(int argc, char **argv) {
     double temperature = 0.8, top_p = 1.0;
     long top_k = 50;
     bool ref_scores = false, no_shuffle = false, overwrite = false, quiet = false;
-    char *lora_adapter = NULL, *chat_template = NULL;
+    char *lora_adapter = NULL, *chat_template = NULL, *rename_columns = NULL;
     bool batch_invariant = false;
     Option options[] = {
         {"model", "model_name_or_path", OPT_STRING, &model_path, "the policy (folder or .gguf); not needed with --ref-scores", false, false},
         {"reward-model", "reward_model", OPT_STRING, &reward_path, "the reward model scoring prompt + response", true, false},
         {"data", "data_path dataset", OPT_STRING, &data_path, "validation prompts (any supported schema)", true, false},
         {"data-format", "data_format", OPT_STRING, &format_name, "auto, tldr, hh, webgpt, apps, sft, pairs, ranked, prompts, unpaired", false, false},
+        {"rename-columns", "rename_columns", OPT_STRING, &rename_columns,
+         "old=new,...: the data's fields renamed before its format is read, e.g. question=prompt", false, false},
         {"chat-template", "chat_template", OPT_STRING, &chat_template,
          "chat template (name or file) for conversational data (lists of messages); default: the model's own", false, false},
         {"count", "num_samples", OPT_INT, &count, "prompts used (the first after shuffling; 0: all)", false, false},
@@ -207,7 +210,11 @@ int cmd_infer(int argc, char **argv) {
     DataFormat format = DATA_FORMAT_AUTO;
     if (strcmp(format_name, "auto") && data_format_parse(format_name, "--data-format", &format) != 0) die_from_err();
     Dataset data;
-    if (dataset_load(&data, data_path, format, 0) != 0) die_from_err();
+    ColumnRenames renames;
+    if (column_renames_parse(rename_columns, "--rename-columns", &renames) != 0) die_from_err();
+    if (dataset_load_with(&data, data_path, &(DatasetLoadOptions){.format = format, .renames = &renames}) != 0)
+        die_from_err();
+    column_renames_free(&renames);
     if (data.count == 0) die_user("no rows in %s", data_path);
     if (dataset_require_prompts(&data, "--data") != 0) die_from_err();
     long n = count == 0 || count > data.count ? data.count : count;

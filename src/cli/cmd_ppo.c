@@ -10,6 +10,7 @@
 #include "model/bnb_checkpoint.h"
 #include "model/quantize.h"
 #include "core/check.h"
+#include "data/column_renames.h"
 #include "rl/ppo.h"
 #include "train/packing.h"
 #include "train/lr_schedule.h"
@@ -19,6 +20,7 @@ int cmd_ppo(int argc, char **argv) {
     char *actor = NULL, *reference = NULL, *reward_model = NULL, *critic = NULL, *prompts = NULL, *eval_prompts = NULL;
     char *ptx_packing = "none";
     char *output = NULL, *ptx = NULL, *lexicon = NULL, *data_split = "", *data_format = "auto", *device = "cpu";
+    char *rename_columns = NULL;
     char *chat_template = NULL;
     char *reward_command = NULL, *reward_url = NULL, *reward_label_key = "label";
     double reward_timeout = 60;
@@ -79,6 +81,8 @@ int cmd_ppo(int argc, char **argv) {
         {"eval-prompts", "eval_prompts", OPT_STRING, &eval_prompts, "held-out prompts scored at every evaluation", false, false},
         {"output", "output_dir", OPT_STRING, &output, "run folder", true, false},
         {"data-format", "data_format", OPT_STRING, &data_format, "auto|tldr|hh|webgpt|apps|sft|pairs|ranked|prompts|unpaired", false, false},
+        {"rename-columns", "rename_columns", OPT_STRING, &rename_columns,
+         "old=new,...: the prompt files' fields renamed before their format is read, e.g. question=prompt", false, false},
         {"data-split", "data_split", OPT_STRING, &data_split, "DeepSpeed-Chat split weights, e.g. 2,4,4 (empty: all rows)", false, false},
         {"chat-template", "chat_template", OPT_STRING, &chat_template,
          "chat template (name or file) for conversational prompts (lists of messages); default: the actor's own", false, false},
@@ -448,6 +452,10 @@ int cmd_ppo(int argc, char **argv) {
     c.actor_path = actor, c.reference_path = reference, c.reward_path = reward_model, c.critic_path = critic;
     c.prompts_path = prompts, c.eval_prompts_path = eval_prompts, c.run_dir = output, c.ptx_path = ptx;
     c.lexicon_path = lexicon, c.data_split = data_split, c.data_format = data_format, c.data_phase = (int)data_phase;
+    ColumnRenames renames; // checked here, applied as the prompts are read
+    if (column_renames_parse(rename_columns, "--rename-columns", &renames) != 0) die_from_err();
+    column_renames_free(&renames);
+    c.rename_columns = rename_columns;
     c.chat_template = chat_template;
     c.device = device, c.schedule = kind;
     c.max_prompt_len = (int)max_prompt_len, c.max_new_tokens = (int)max_new_tokens, c.rollout_batch = (int)rollout_batch;

@@ -16,7 +16,7 @@ int cmd_sft(int argc, char **argv) {
     char *model_path = NULL, *output = NULL;
     bool train_on_prompt = false, assistant_only_loss = false, completion_only_loss = true, packing = false;
     bool padding_free = false, eval_packing = false;
-    char *packing_strategy = "bfd", *loss_type = "nll";
+    char *packing_strategy = "bfd", *loss_type = "nll", *text_field = "text";
     Option options[64] = {
         {"model", "model_name_or_path", OPT_STRING, &model_path, "base model: Hugging Face folder or .gguf", true, false},
         {"output", "output_dir", OPT_STRING, &output, "run folder (metrics, checkpoints, final model in final/)", true, false},
@@ -43,9 +43,12 @@ int cmd_sft(int argc, char **argv) {
         {"loss-type", "loss_type", OPT_STRING, &loss_type,
          "nll (the negative log-likelihood) | dft (Dynamic Fine-Tuning: each token's loss weighted by its own "
          "probability, TRL's loss_type dft), in training and evaluation", false, false},
+        {"dataset-text-field", "dataset_text_field", OPT_STRING, &text_field,
+         "the field of language-modeling rows that holds their text (TRL's dataset_text_field; the same as "
+         "--rename-columns FIELD=text)", false, false},
     };
-    enum { SFT_OPTIONS = 10 };
-    Option *eval_packing_option = &options[SFT_OPTIONS - 2];
+    enum { SFT_OPTIONS = 11 };
+    Option *eval_packing_option = &options[SFT_OPTIONS - 3];
     int count = SFT_OPTIONS + trainer_cli_options(&c, options + SFT_OPTIONS);
     CHECK(count <= (int)(sizeof options / sizeof options[0]), "option table too small");
     OptionSet set = {"sft", "Supervised fine-tuning on prompt/response data (loss on response tokens by default).",
@@ -73,6 +76,16 @@ int cmd_sft(int argc, char **argv) {
     if (!completion_only_loss && assistant_only_loss)
         die_user("--completion-only-loss false trains every token and --assistant-only-loss the assistant turns only: "
                  "give one (--completion-only-loss)");
+
+    if (!*text_field) die_user("--dataset-text-field must name a field, got ''");
+    char *renames = NULL; // --dataset-text-field F is one more rename, F=text
+    if (strcmp(text_field, "text") != 0) {
+        const char *before = c.rename_columns && *c.rename_columns ? c.rename_columns : NULL;
+        size_t size = strlen(text_field) + sizeof "=text" + (before ? strlen(before) + 1 : 0);
+        renames = xmalloc(size);
+        snprintf(renames, size, "%s%s%s=text", before ? before : "", before ? "," : "", text_field);
+        c.rename_columns = renames;
+    }
 
     Tokenizer *tokenizer;
     if (tokenizer_load(&tokenizer, model_path) != 0) die_from_err();
@@ -150,5 +163,6 @@ int cmd_sft(int argc, char **argv) {
     dataset_free(&train);
     dataset_free(&eval);
     tokenizer_free(tokenizer);
+    free(renames);
     return 0;
 }

@@ -8,6 +8,7 @@
 #include "cli/batch_invariant.h"
 #include "cli/commands.h"
 #include "core/check.h"
+#include "data/column_renames.h"
 #include "data/split.h"
 #include "dist/dist.h"
 #include "dist/zero.h"
@@ -186,6 +187,8 @@ int trainer_cli_options(TrainerCli *c, Option *o) {
     ADD("data", "data_path", OPT_STRING, &c->data, "training data (JSONL/JSON in a supported schema)");
     ADD("eval-data", "eval_data", OPT_STRING, &c->eval_data, "held-out data for evaluation");
     ADD("data-format", "data_format", OPT_STRING, &c->data_format, "auto|tldr|hh|webgpt|apps|sft|pairs|ranked|prompts|unpaired");
+    ADD("rename-columns", "rename_columns", OPT_STRING, &c->rename_columns,
+        "old=new,...: the data's fields renamed before its format is read, e.g. question=prompt,answer=response");
     ADD("chat-template", "chat_template", OPT_STRING, &c->chat_template,
         "chat template (name or file) for conversational data (lists of messages); default: the model's own");
     ADD("data-split", "data_split", OPT_STRING, &c->data_split, "DeepSpeed-Chat split weights, e.g. 2,4,4 (empty: use all rows)");
@@ -320,8 +323,9 @@ void trainer_cli_finish(TrainerCli *c, const char *run_dir) {
 
 // webgpt_part: WebGPT has a train split only; DeepSpeed-Chat first splits it 95/5 into
 // train (part 1) and eval (part 2), then applies --data-split inside each.
-static void load_one(TrainerCli *c, const char *path, DataFormat format, int webgpt_part, Dataset *out) {
-    if (dataset_load(out, path, format, 0) != 0) die_from_err();
+static void load_one(TrainerCli *c, const char *path, DataFormat format, const ColumnRenames *renames, int webgpt_part,
+                     Dataset *out) {
+    if (dataset_load_with(out, path, &(DatasetLoadOptions){.format = format, .renames = renames}) != 0) die_from_err();
     if (c->data_split && *c->data_split) {
         long *indices, count;
         int rc = out->format == DATA_FORMAT_WEBGPT
@@ -342,7 +346,9 @@ void trainer_cli_load_data(TrainerCli *c, DataFormat format, Dataset *train, Dat
     if (c->data_format && strcmp(c->data_format, "auto") != 0 &&
         data_format_parse(c->data_format, "--data-format", &format) != 0)
         die_from_err();
-    load_one(c, c->data, format, 1, train);
+    ColumnRenames renames;
+    if (column_renames_parse(c->rename_columns, "--rename-columns", &renames) != 0) die_from_err();
+    load_one(c, c->data, format, &renames, 1, train);
     if (c->max_rows > 0 && train->count > c->max_rows) {
         long *first = xmalloc(c->max_rows * sizeof(long));
         for (long i = 0; i < c->max_rows; i++) first[i] = i;
@@ -354,9 +360,10 @@ void trainer_cli_load_data(TrainerCli *c, DataFormat format, Dataset *train, Dat
     }
     if (train->count == 0) die_user("no training rows in %s", c->data);
     memset(eval, 0, sizeof *eval);
-    if (c->eval_data) load_one(c, c->eval_data, format, 2, eval);
+    if (c->eval_data) load_one(c, c->eval_data, format, &renames, 2, eval);
     else if (train->format == DATA_FORMAT_WEBGPT && c->data_split && *c->data_split)
-        load_one(c, c->data, format, 2, eval); // WebGPT's own 5% eval part
+        load_one(c, c->data, format, &renames, 2, eval); // WebGPT's own 5% eval part
+    column_renames_free(&renames);
 }
 
 void trainer_cli_render_chat(const TrainerCli *c, Tokenizer *tokenizer, const char *model_path, Dataset *train,

@@ -54,6 +54,7 @@ typedef struct {
     LoraConfig lora;
     // data
     char *data, *eval_data, *data_format, *data_split;
+    char *rename_columns; // --rename-columns "old=new,..." (data/column_renames.h), or NULL
     char *chat_template; // --chat-template (NULL: the model's own, for conversational data)
     long data_phase, max_rows;
 } TrainerCli;

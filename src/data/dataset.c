@@ -6,6 +6,7 @@
 
 #include "core/check.h"
 #include "data/adapters.h"
+#include "data/column_renames.h"
 #include "data/row_reader.h"
 #include "tokenizer/tokenizer.h"
 
@@ -102,17 +103,26 @@ void dataset_free(Dataset *dataset) {
     memset(dataset, 0, sizeof *dataset);
 }
 
-static int load(Dataset *dataset, const char *path, DataFormat format, size_t max_row_bytes, bool keep_raw) {
+int dataset_load_with(Dataset *dataset, const char *path, const DatasetLoadOptions *options) {
     memset(dataset, 0, sizeof *dataset);
     DataRowReader reader;
-    if (data_rows_open(&reader, path, max_row_bytes ? max_row_bytes : DATA_DEFAULT_MAX_ROW_BYTES) != 0) return -1;
-    Dataset loaded = {.path = xstrdup(path), .format = format};
+    const size_t max_row_bytes = options->max_row_bytes ? options->max_row_bytes : DATA_DEFAULT_MAX_ROW_BYTES;
+    if (data_rows_open(&reader, path, max_row_bytes) != 0) return -1;
+    Dataset loaded = {.path = xstrdup(path), .format = options->format};
     long capacity = 0;
     int rc;
     json_t *row;
     while ((rc = data_rows_next(&reader, &row)) == 1) {
         DataRowPlace at = {path, reader.line};
+        char *raw = options->keep_raw ? json_dumps(row, JSON_COMPACT) : NULL;
+        if (options->renames && column_renames_apply(options->renames, row, path, reader.line) != 0) {
+            free(raw);
+            json_decref(row);
+            rc = -1;
+            break;
+        }
         if (loaded.format == DATA_FORMAT_AUTO && data_detect_format(row, &at, &loaded.format) != 0) {
+            free(raw);
             json_decref(row);
             rc = -1;
             break;
@@ -124,6 +134,7 @@ static int load(Dataset *dataset, const char *path, DataFormat format, size_t ma
             rc = err_set("row %s lists of messages but the first row %s: every row must be alike (%s:%ld)",
                          conversational ? "holds" : "does not hold", conversational ? "does not" : "does", path,
                          reader.line);
+            free(raw);
             json_decref(row);
             break;
         }
@@ -133,9 +144,12 @@ static int load(Dataset *dataset, const char *path, DataFormat format, size_t ma
         }
         DataRecord *record = &loaded.records[loaded.count];
         rc = data_parse_row(loaded.format, row, &at, record);
-        if (rc == 0 && keep_raw) record->raw = json_dumps(row, JSON_COMPACT);
         json_decref(row);
-        if (rc != 0) break;
+        if (rc != 0) {
+            free(raw);
+            break;
+        }
+        record->raw = raw;
         record->row = loaded.count++;
         record->line = reader.line;
     }
@@ -153,11 +167,12 @@ static int load(Dataset *dataset, const char *path, DataFormat format, size_t ma
 }
 
 int dataset_load(Dataset *dataset, const char *path, DataFormat format, size_t max_row_bytes) {
-    return load(dataset, path, format, max_row_bytes, false);
+    return dataset_load_with(dataset, path, &(DatasetLoadOptions){.format = format, .max_row_bytes = max_row_bytes});
 }
 
 int dataset_load_keep_raw(Dataset *dataset, const char *path, DataFormat format, size_t max_row_bytes) {
-    return load(dataset, path, format, max_row_bytes, true);
+    return dataset_load_with(dataset, path,
+                             &(DatasetLoadOptions){.format = format, .max_row_bytes = max_row_bytes, .keep_raw = true});
 }
 
 int dataset_require_prompts(const Dataset *dataset, const char *option) {

@@ -97,6 +97,9 @@
 //   prompt + response (or completion) -> SFT;  prompt alone -> prompts (but chosen without rejected, or
 //   the reverse, is an error);  text (no prompt) -> SFT. Every later row must then be of the same format.
 //
+// Renamed columns (DatasetLoadOptions.renames, data/column_renames.h): each row's fields are
+// renamed before everything above, so a file with other names reads as the format's own.
+//
 // Errors (a missing field, a wrong JSON type, an empty file, invalid UTF-8, a row over
 // the byte limit, choice not 0 or 1, fewer than 2 responses, malformed JSON, solutions or
 // input_output that do not decode) return -1 with err_set() naming the field and the
@@ -106,6 +109,7 @@
 #include <stddef.h>
 
 typedef struct Tokenizer Tokenizer;
+typedef struct ColumnRenames ColumnRenames;
 
 typedef enum {
     DATA_FORMAT_AUTO,
@@ -177,6 +181,14 @@ typedef struct {
 int dataset_load(Dataset *dataset, const char *path, DataFormat format, size_t max_row_bytes);
 // The same, keeping each row's own JSON in record->raw (a reward command is given it).
 int dataset_load_keep_raw(Dataset *dataset, const char *path, DataFormat format, size_t max_row_bytes);
+// What dataset_load_with() reads besides the path.
+typedef struct {
+    DataFormat format;            // DATA_FORMAT_AUTO: detect
+    size_t max_row_bytes;         // 0: the default
+    bool keep_raw;                // each row's own JSON in record->raw (as in the file, before renames)
+    const ColumnRenames *renames; // fields renamed in every row before it is read (data/column_renames.h); NULL: none
+} DatasetLoadOptions;
+int dataset_load_with(Dataset *dataset, const char *path, const DatasetLoadOptions *options);
 void dataset_free(Dataset *dataset);
 
 // The canonical name of a format ("tldr", "hh", ...; "auto").

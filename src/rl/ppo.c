@@ -11,6 +11,7 @@
 #include "core/rng.h"
 #include "core/timer.h"
 #include "data/chat_data.h"
+#include "data/column_renames.h"
 #include "data/dataset.h"
 #include "data/split.h"
 #include "dist/dist.h"
@@ -112,7 +113,12 @@ static int load_prompts(const PpoConfig *c, const char *path, bool apply_split, 
         return -1;
     // The command is given each prompt's row, a reward server its label.
     const bool keep_raw = c->reward == REWARD_COMMAND || c->reward == REWARD_REMOTE;
-    if ((keep_raw ? dataset_load_keep_raw : dataset_load)(&data, path, format, 0) != 0) return -1;
+    ColumnRenames renames;
+    if (column_renames_parse(c->rename_columns, "--rename-columns", &renames) != 0) return -1;
+    const int loaded = dataset_load_with(&data, path,
+                                         &(DatasetLoadOptions){.format = format, .keep_raw = keep_raw, .renames = &renames});
+    column_renames_free(&renames);
+    if (loaded != 0) return -1;
     if (dataset_require_prompts(&data, apply_split ? "--prompts" : "--eval-prompts") != 0) {
         dataset_free(&data);
         return -1;

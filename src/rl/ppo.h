@@ -70,6 +70,7 @@ typedef struct {
     // adapters switched off; the EMA shares the actor's quantization; the value head stays float32.
     const char *actor_quantize, *critic_quantize;
     const char *prompts_path, *eval_prompts_path, *data_format, *data_split;
+    const char *rename_columns; // the prompt files' fields renamed, "old=new,..." (data/column_renames.h); NULL: none
     const char *chat_template;  // conversational prompts: this template (name or file) instead of the actor's
     int data_phase;
     const char *ptx_path;       // SFT data mixed into the actor loss (PPO-ptx)
