@@ -272,6 +272,46 @@ static void test_policy_losses_against_trl(void) {
     EXPECT(capped_cases == 8 && masked_cases == 8 && capped_changes > 0,
            "%d delta cases (%d of them changed by it), %d entropy-masked cases (want 8, some, 8)", capped_cases,
            capped_changes, masked_cases);
+    // Generation's log-probs: TRL's importance weights and off-policy mask, applied as actor_micro_step
+    // applies them (each token's advantage times its weight, 0 where the mask drops it).
+    int dropped = 0, zero_weights = 0, clamped_weights = 0;
+    json_array_foreach(json_object_get(root, "rollout_correction"), index, c) {
+        RolloutCorrection mode;
+        CHECK(rollout_correction_from_name(json_string_value(json_object_get(c, "mode")), &mode) == 0, "mode");
+        const float clip_min = (float)json_number_value(json_object_get(c, "clip_min"));
+        const float clip_max = (float)json_number_value(json_object_get(c, "clip_max"));
+        const float threshold = (float)json_number_value(json_object_get(c, "threshold"));
+        float logp_old[16], logp_sampling[16], logp_new[16], weights[16], want[16], advantages[16], grad[16] = {0};
+        int R = floats(json_object_get(c, "logp_old"), logp_old), segments[16];
+        floats(json_object_get(c, "logp_sampling"), logp_sampling);
+        floats(json_object_get(c, "logp_new"), logp_new);
+        floats(json_object_get(c, "weights"), want);
+        rollout_correction_weights(mode, clip_min, clip_max, logp_old, logp_sampling, R, weights);
+        char what[96];
+        for (int t = 0; t < R; t++) {
+            snprintf(what, sizeof what, "rollout case %zu weight %d", index, t);
+            EXPECT_CLOSE(weights[t], want[t], 1e-6, 1e-5, what);
+            zero_weights += want[t] == 0, clamped_weights += want[t] == clip_max || want[t] == clip_min;
+        }
+        const bool masked = threshold >= 0 && off_policy_masked(logp_sampling, logp_new, R, threshold);
+        const float advantage = (float)json_number_value(json_object_get(c, "advantage"));
+        EXPECT((masked && advantage < 0) == !json_is_true(json_object_get(c, "kept")), "rollout case %zu mask", index);
+        dropped += !json_is_true(json_object_get(c, "kept"));
+        for (int t = 0; t < R; t++)
+            advantages[t] = masked && advantage < 0 ? 0.0f : advantage * weights[t], segments[t] = 1;
+        PpoLossConfig config = {.clip_ratio = (float)json_number_value(json_object_get(c, "epsilon_low")),
+                                .clip_ratio_high = (float)json_number_value(json_object_get(c, "epsilon_high"))};
+        double loss = ppo_policy_loss(&config, logp_new, logp_old, advantages, segments, R, R, 1.0f / R, grad, NULL) / R;
+        snprintf(what, sizeof what, "rollout case %zu loss", index);
+        EXPECT_CLOSE(loss, json_number_value(json_object_get(c, "loss")), 1e-6, 1e-5, what);
+        for (int t = 0; t < R; t++) {
+            snprintf(what, sizeof what, "rollout case %zu d loss / d logp[%d]", index, t);
+            EXPECT_CLOSE(grad[t], json_number_value(json_array_get(json_object_get(c, "grad"), t)), 1e-6, 1e-4, what);
+        }
+    }
+    EXPECT(dropped > 0 && zero_weights > 0 && clamped_weights > 0,
+           "the cases drop %d responses, zero %d weights, clamp %d (each must be some)", dropped, zero_weights,
+           clamped_weights);
     // scale_rewards="batch": r - group mean over the rollout's standard deviation.
     json_array_foreach(json_object_get(root, "batch_scaling"), index, c) {
         double rewards[32], got[32];

@@ -13,15 +13,19 @@ GRPOTrainer (developers only; CI never runs Python). From trl/trainer/grpo_train
   per-response token mean of the per-token loss (loss_type "grpo"/"sapo"; one response here)
   _generate_and_score_completions, scale_rewards="batch": (r - group mean) / (nanstd(r) + 1e-4)
   and from TRL 1.16: delta (grpo's coef_1 clamped at it before the min) and top_entropy_quantile
-  (get_high_entropy_mask: the per-token loss times entropy >= torch.quantile(entropies, 1 - rho))
+  (get_high_entropy_mask: the per-token loss times entropy >= torch.quantile(entropies, 1 - rho)),
+  and the importance sampling of generation's log-probs and off-policy masking (below)
 The gradients d loss / d logp_new come from torch autograd in float64.
 Writes tests/fixtures/ppo/grpo_losses.json: {"losses": [{"loss_type", "level", "epsilon_low",
 "epsilon_high", "cispo_max", "tau_pos", "tau_neg", "logp_old", "logp_new", "advantage", "loss",
 "grad", "delta" (0: none), "entropy_quantile" (1: none), "entropies", "entropy_threshold"}],
-"batch_scaling": [{"rewards", "groups", "advantages"}]}.
+"batch_scaling": [{"rewards", "groups", "advantages"}], "rollout_correction": [{"mode", "clip_min" (0: none),
+"clip_max", "threshold" (-1: none), "epsilon_low", "epsilon_high", "logp_old", "logp_sampling", "logp_new",
+"advantage", "weights", "kept", "loss", "grad"}]}.
 usage: .venv-tools/bin/python tools/make_grpo_loss_fixtures.py
 """
 import json
+import math
 import os
 import random
 
@@ -119,7 +123,57 @@ for advantage in [1.3, -0.7]:
         losses.append(policy_case("grpo", "token", advantage, R, spread, entropy_quantile=0.2))
         losses.append(policy_case("cispo", "token", advantage, R, spread, entropy_quantile=0.5))
 
+
+
+def rollout_correction_case(mode, clip_min, clip_max, advantage, R, threshold):
+    """One response of R tokens sampled by a generation engine whose log-probs (`sampling`) differ
+    from the training forward's old ones: TRL 1.16's vllm_importance_sampling ratio (from
+    _generate_and_score_completions: exp of old - sampling per token, or of its sum over the
+    response for the sequence modes; truncated by clamp(min, max) or set to 0 outside [min, max]),
+    GRPOTrainer.get_off_policy_mask (called here) with the sampling log-probs, and _compute_loss's
+    grpo per-token loss times both, averaged over the tokens, with its gradient."""
+    eps_low, eps_high = 0.2, 0.28
+    old = torch.tensor([[rng.uniform(-4.0, -0.2) for _ in range(R)]], dtype=torch.float64)
+    sampling = old + torch.tensor([[rng.gauss(0, 0.8) for _ in range(R)]], dtype=torch.float64)
+    new = (old + torch.tensor([[rng.gauss(0, 0.3) for _ in range(R)]], dtype=torch.float64)).requires_grad_()
+    mask = torch.ones(1, R, dtype=torch.float64)
+    advantages = torch.tensor([[advantage]], dtype=torch.float64)
+    per_token_logps_diff = (old - sampling) * mask
+    logps_diff = per_token_logps_diff.sum(dim=-1, keepdim=True) if mode.startswith("sequence") else per_token_logps_diff
+    ratio = torch.exp(logps_diff)
+    if mode.endswith("truncate"):
+        ratio = torch.clamp(ratio, min=clip_min, max=clip_max)
+    else:
+        low = clip_min if clip_min is not None else -math.inf
+        ratio = ratio.masked_fill((ratio < low) | (ratio > clip_max), value=0.0)
+    keep = torch.ones(1, 1, dtype=torch.float64)
+    if threshold is not None:
+        keep = GRPOTrainer.get_off_policy_mask(advantages=advantages, per_token_logps=new, sampling_per_token_logps=sampling,
+                                               mask=mask, off_policy_threshold=threshold)
+    coef_1 = torch.exp(new - old)
+    coef_2 = torch.clamp(coef_1, 1 - eps_low, 1 + eps_high)
+    per_token_loss = -torch.min(coef_1 * advantages, coef_2 * advantages) * keep * ratio
+    loss = ((per_token_loss * mask).sum(-1) / mask.sum(-1).clamp(min=1.0)).mean()
+    loss.backward()
+    return {"mode": mode, "clip_min": clip_min if clip_min is not None else 0.0, "clip_max": clip_max,
+            "threshold": threshold if threshold is not None else -1.0, "epsilon_low": eps_low,
+            "epsilon_high": eps_high, "logp_old": old[0].tolist(), "logp_sampling": sampling[0].tolist(),
+            "logp_new": new[0].detach().tolist(), "advantage": advantage,
+            "weights": ratio.expand(1, R)[0].tolist(), "kept": bool(keep.item() > 0), "loss": loss.item(),
+            "grad": new.grad[0].tolist()}
+
+
+# TRL 1.16's importance sampling of generation's log-probs and off-policy sequence masking,
+# drawn after every case above so that their values stay what they were.
+rollout_correction = []
+for mode in ["token_truncate", "token_mask", "sequence_truncate", "sequence_mask"]:
+    for clip_min, clip_max in [(None, 3.0), (0.5, 1.5)]:
+        for advantage in [1.3, -0.7]:
+            for R, threshold in [(5, None), (12, 0.05)]:
+                rollout_correction.append(rollout_correction_case(mode, clip_min, clip_max, advantage, R, threshold))
+
 path = os.path.join(os.path.dirname(__file__), "..", "tests/fixtures/ppo/grpo_losses.json")
 with open(path, "w") as f:
-    json.dump({"losses": losses, "batch_scaling": batch_scaling}, f)
-print("wrote", path, len(losses), "loss cases,", len(batch_scaling), "batches")
+    json.dump({"losses": losses, "batch_scaling": batch_scaling, "rollout_correction": rollout_correction}, f)
+print("wrote", path, len(losses), "loss cases,", len(batch_scaling), "batches,", len(rollout_correction),
+      "rollout-correction cases")

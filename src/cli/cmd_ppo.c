@@ -56,9 +56,11 @@ int cmd_ppo(int argc, char **argv) {
     bool ema = false, hybrid_engine = false, resume = false, quiet = false, checkpointing = false, filter_groups = false, recompute_old = false,
          old_from_rollout = false;
     bool batch_invariant = false, mask_truncated = false;
-    double missing_eos_penalty = 0;
+    double missing_eos_penalty = 0, rollout_correction_min = 0, rollout_correction_max = 3.0;
+    double off_policy_mask_threshold = -1;
+    char *rollout_correction = "none";
     long critic_warmup_iterations = 0;
-    Option options[144] = {
+    Option options[176] = {
         {"actor-model", "actor_model_name_or_path model", OPT_STRING, &actor, "the SFT model (actor and, by default, reference)", true, false},
         {"reward-model", "reward_model critic_model_name_or_path_for_reward", OPT_STRING, &reward_model, "the reward model (frozen)", false, false},
         {"critic-model", "critic_model_name_or_path", OPT_STRING, &critic, "critic initialisation (default: the reward model)", false, false},
@@ -219,6 +221,18 @@ int cmd_ppo(int argc, char **argv) {
          "train only the critic for this many first iterations, the actor frozen (OpenRLHF's freezing_actor_steps, "
          "verl's critic_warmup): its steps, EMA, PTX and schedule start after them; --advantage-estimator gae", false,
          false},
+        {"rollout-correction", "vllm_importance_sampling_mode", OPT_STRING, &rollout_correction,
+         "weight each token's policy term for generation's log-probs differing from the actor pass's (TRL's vLLM "
+         "importance sampling): token-truncate, token-mask, sequence-truncate or sequence-mask, the ratio "
+         "exp(old - generation's) per token or for the response, clamped to [--rollout-correction-min, -max] or 0 "
+         "outside; none: off", false, false},
+        {"rollout-correction-max", "vllm_importance_sampling_clip_max vllm_importance_sampling_cap", OPT_FLOAT,
+         &rollout_correction_max, "--rollout-correction's upper bound C_max (TRL's default)", false, false},
+        {"rollout-correction-min", "vllm_importance_sampling_clip_min", OPT_FLOAT, &rollout_correction_min,
+         "--rollout-correction's lower bound C_min (0: none)", false, false},
+        {"off-policy-mask-threshold", "off_policy_mask_threshold", OPT_FLOAT, &off_policy_mask_threshold,
+         "DeepSeek-V3.2's off-policy sequence masking (TRL's): a response whose mean log-ratio of sampling to "
+         "current policy is above this trains no negative-advantage token (e.g. 0.5; negative: off)", false, false},
         {"cliprange-value", "cliprange_value value_clip", OPT_FLOAT, &value_clip, "value clip (0: off)", false, false},
         {"entropy-coef", "entropy_coef", OPT_FLOAT, &entropy_coef,
          "entropy bonus coefficient (with --adaptive-entropy its start)", false, false},
@@ -477,6 +491,24 @@ int cmd_ppo(int argc, char **argv) {
     c.loss.value_clip = (float)value_clip;
     c.overlong_buffer = (int)overlong_buffer, c.overlong_penalty = overlong_penalty;
     c.missing_eos_penalty = missing_eos_penalty, c.critic_warmup_iterations = critic_warmup_iterations;
+    if (rollout_correction_from_name(rollout_correction, &c.loss.rollout_correction) != 0)
+        die_user("option --rollout-correction must be none, token-truncate, token-mask, sequence-truncate or "
+                 "sequence-mask, got '%s'", rollout_correction);
+    if (!(rollout_correction_min >= 0 && rollout_correction_max > rollout_correction_min && isfinite(rollout_correction_max)))
+        die_user("options --rollout-correction-min and -max must be 0 <= min < max, got %g and %g",
+                 rollout_correction_min, rollout_correction_max);
+    if (c.loss.rollout_correction != ROLLOUT_CORRECTION_NONE && old_from_rollout)
+        die_user("option --rollout-correction weights the actor pass's old log-probs against generation's, and "
+                 "--old-logprobs-from-rollout makes them generation's: give one (--rollout-correction)");
+    if (c.loss.rollout_correction != ROLLOUT_CORRECTION_NONE && c.loss.policy_loss == POLICY_LOSS_VESPO)
+        die_user("option --rollout-correction: --policy-loss vespo weighs its tokens by its own sequence ratio "
+                 "(--rollout-correction)");
+    c.loss.rollout_correction_min = (float)rollout_correction_min;
+    c.loss.rollout_correction_max = (float)rollout_correction_max;
+    if (!isfinite(off_policy_mask_threshold))
+        die_user("option --off-policy-mask-threshold must be a number, got %g", off_policy_mask_threshold);
+    c.loss.off_policy_mask = off_policy_mask_threshold >= 0;
+    c.loss.off_policy_mask_threshold = (float)off_policy_mask_threshold;
     if (filter_groups && !needs_group)
         die_user("option --filter-groups needs groups of responses: --advantage-estimator grpo, dr-grpo, rloo or "
                  "reinforce++-baseline");

@@ -125,6 +125,34 @@ static double low_entropy_threshold(const PpoLossConfig *loss, Sample *const *sa
     return threshold;
 }
 
+// What generation's sampling changes in a sample's policy term (advantages[0..R), the
+// sample's, modified in place; a weight >= 0 keeps each one's sign, and each policy loss form is
+// linear in it (VESPO's is refused with the correction)): each token's advantage times its
+// rollout-correction weight, and the negative ones 0 when the off-policy mask drops the response
+// (its KL from the sampling log-probs: generation's with the correction, else the old ones).
+static void correct_for_sampling(const PpoLossConfig *loss, const Sample *s, const float *logp_new, float *advantages,
+                                 PpoLossStats *stats) {
+    const int R = s->response_length;
+    const bool corrected = loss->rollout_correction != ROLLOUT_CORRECTION_NONE;
+    if (corrected) {
+        float *weights = xmalloc(((size_t)R + 1) * sizeof(float));
+        rollout_correction_weights(loss->rollout_correction, loss->rollout_correction_min,
+                                   loss->rollout_correction_max, s->logp_old, s->rollout_logp, R, weights);
+        for (int j = 0; j < R; j++) {
+            advantages[j] *= weights[j];
+            if (stats) stats->rollout_weight_sum += weights[j];
+        }
+        free(weights);
+    }
+    if (loss->off_policy_mask &&
+        off_policy_masked(corrected ? s->rollout_logp : s->logp_old, logp_new, R, loss->off_policy_mask_threshold))
+        for (int j = 0; j < R; j++)
+            if (advantages[j] < 0) {
+                advantages[j] = 0.0f;
+                if (stats) stats->off_policy_masked += 1;
+            }
+}
+
 double actor_micro_step(Model *actor, Sample *const *samples, int count, const PpoLossConfig *loss,
                         double entropy_coef, bool old_from_this_forward, bool entropy_from_this_forward,
                         PpoLossStats *stats, double *entropy_sum) {
@@ -152,6 +180,14 @@ double actor_micro_step(Model *actor, Sample *const *samples, int count, const P
             for (int j = 0; j < s->response_length; j++)
                 advantages[j] = entropy[offset + j] >= threshold ? s->advantages[j] : 0.0f;
             sample_advantages = advantages;
+        }
+        if (loss->rollout_correction != ROLLOUT_CORRECTION_NONE || loss->off_policy_mask) {
+            if (sample_advantages != advantages) {
+                advantages = xrealloc(advantages, (size_t)s->response_length * sizeof(float));
+                memcpy(advantages, s->advantages, (size_t)s->response_length * sizeof(float));
+                sample_advantages = advantages;
+            }
+            correct_for_sampling(loss, s, logp + offset, advantages, stats);
         }
         total += s->loss_scale * ppo_policy_loss(loss, logp + offset, s->logp_old, sample_advantages, s->segments,
                                                  s->segment_count, s->response_length, s->loss_scale, dlogp + offset,

@@ -16,7 +16,9 @@ typedef struct {
     int response_length;
     StopReason stop;
     float *logp_old, *logp_ref, *values_old, *entropy; // [response_length]
-    float *rollout_logp; // generation's log-probs of the response (PpoConfig.old_logprobs_from_rollout), or NULL
+    // generation's log-probs of the response (PpoConfig.old_logprobs_from_rollout,
+    // PpoLossConfig.rollout_correction), or NULL
+    float *rollout_logp;
     float *rewards, *advantages, *returns;
     int *segments;
     int segment_count;

@@ -347,7 +347,8 @@ static void rollout(Ppo *p, const PromptSet *set, const long *order, long count,
             s->response_length = rows[b].length;
             s->stop = rows[b].stop;
             rows[b].tokens = NULL;
-            if (p->c.old_logprobs_from_rollout) s->rollout_logp = rows[b].logprobs, rows[b].logprobs = NULL;
+            if (p->c.old_logprobs_from_rollout || p->c.loss.rollout_correction != ROLLOUT_CORRECTION_NONE)
+                s->rollout_logp = rows[b].logprobs, rows[b].logprobs = NULL;
             generated_row_free(&rows[b]);
         }
         free(prompts), free(lengths), free(row_ids), free(rows);
@@ -790,12 +791,13 @@ static void adapt_entropy_coef(Ppo *p, double entropy_sum, double tokens) {
 // The sums of the loss statistics over the ranks (the gradient norms and the step count
 // are already the same everywhere).
 static void sum_train_stats_across_ranks(TrainStats *stats) {
-    double packed[16] = {stats->actor.policy_loss, stats->actor.value_loss, stats->actor.clipped,
+    double packed[18] = {stats->actor.policy_loss, stats->actor.value_loss, stats->actor.clipped,
                          stats->actor.approx_kl, stats->actor.ratio_sum, stats->actor.tokens,
                          stats->critic.policy_loss, stats->critic.value_loss, stats->critic.clipped,
                          stats->critic.approx_kl, stats->critic.ratio_sum, stats->critic.tokens,
-                         stats->policy_loss, stats->value_loss, stats->entropy, stats->ptx_loss};
-    dist_sum_doubles(packed, 16);
+                         stats->policy_loss, stats->value_loss, stats->entropy, stats->ptx_loss,
+                         stats->actor.rollout_weight_sum, stats->actor.off_policy_masked};
+    dist_sum_doubles(packed, 18);
     PpoLossStats *parts[2] = {&stats->actor, &stats->critic};
     for (int k = 0; k < 2; k++) {
         const double *v = packed + 6 * k;
@@ -804,6 +806,7 @@ static void sum_train_stats_across_ranks(TrainStats *stats) {
     }
     stats->policy_loss = packed[12], stats->value_loss = packed[13], stats->entropy = packed[14];
     stats->ptx_loss = packed[15]; // rank 0's: the others ran no PTX batch
+    stats->actor.rollout_weight_sum = packed[16], stats->actor.off_policy_masked = packed[17];
 }
 
 // PPO epochs over the rollout. Every rank walks the same minibatches of the whole rollout
@@ -1927,7 +1930,7 @@ int ppo_run(const PpoConfig *config) {
                                "old_logprobs_from_rollout",
                                "generation_rounds", "responses_trained", "distinct_2", "repetitive_fraction",
                                "same_answer_fraction", "shared_trigram_fraction", "hacking_alarms", "ptx_loss",
-                               "entropy_coef",
+                               "entropy_coef", "rollout_weight", "off_policy_masked",
                                "device_memory_gib"};
         double scored = rs.scored > 0 ? rs.scored : 1, steps = ts.steps > 0 ? ts.steps : 1;
         double experienced = rs.experienced > 0 ? rs.experienced : 1;
@@ -1954,11 +1957,15 @@ int ppo_run(const PpoConfig *config) {
                            (double)rounds, (double)count, hacking.distinct_2, hacking.repetitive_fraction,
                            hacking.same_answer_fraction, hacking.shared_trigram_fraction,
                            (double)__builtin_popcount(p->hacking_active), p->ptx.count > 0 ? ts.ptx_loss / steps : NAN,
-                           p->entropy_coef, device_mib / 1024.0};
+                           p->entropy_coef,
+                           p->c.loss.rollout_correction != ROLLOUT_CORRECTION_NONE ? ts.actor.rollout_weight_sum / actor_tokens : NAN,
+                           p->c.loss.off_policy_mask ? ts.actor.off_policy_masked / actor_tokens : NAN,
+                           device_mib / 1024.0};
         const int metric_count = (int)(sizeof values / sizeof values[0]) - (device_mib < 0 ? 1 : 0);
         // A frozen actor (--critic-warmup-iterations) took no step: its training figures are null.
         static const char *const actor_training_metrics[] = {"policy_loss", "clip_fraction", "approx_kl", "ratio",
-                                                             "actor_lr", "actor_grad_norm"};
+                                                             "actor_lr", "actor_grad_norm", "rollout_weight",
+                                                             "off_policy_masked"};
         for (int k = 0; k < metric_count && p->actor_frozen; k++)
             for (size_t a = 0; a < sizeof actor_training_metrics / sizeof actor_training_metrics[0]; a++)
                 if (!strcmp(names[k], actor_training_metrics[a])) values[k] = NAN;

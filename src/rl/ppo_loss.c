@@ -213,3 +213,45 @@ double ppo_kl_loss(KlEstimator estimator, const float *logp_new, const float *lo
     }
     return sum;
 }
+
+void rollout_correction_weights(RolloutCorrection mode, float min, float max, const float *logp_old,
+                                const float *logp_rollout, int R, float *weights) {
+    if (mode == ROLLOUT_CORRECTION_NONE) {
+        for (int t = 0; t < R; t++) weights[t] = 1.0f;
+        return;
+    }
+    const bool sequence = mode == ROLLOUT_CORRECTION_SEQUENCE_TRUNCATE || mode == ROLLOUT_CORRECTION_SEQUENCE_MASK;
+    const bool truncate = mode == ROLLOUT_CORRECTION_TOKEN_TRUNCATE || mode == ROLLOUT_CORRECTION_SEQUENCE_TRUNCATE;
+    double sequence_log_ratio = 0;
+    for (int t = 0; t < R && sequence; t++) sequence_log_ratio += (double)logp_old[t] - logp_rollout[t];
+    for (int t = 0; t < R; t++) {
+        const double ratio = exp(sequence ? sequence_log_ratio : (double)logp_old[t] - logp_rollout[t]);
+        if (truncate) weights[t] = (float)(ratio < min ? min : ratio > max ? max : ratio);
+        else weights[t] = ratio < min || ratio > max ? 0.0f : (float)ratio;
+    }
+}
+
+bool off_policy_masked(const float *logp_sampling, const float *logp_new, int R, float threshold) {
+    double sum = 0;
+    for (int t = 0; t < R; t++) sum += (double)logp_sampling[t] - logp_new[t];
+    return sum / (R > 0 ? R : 1) > threshold;
+}
+
+int rollout_correction_from_name(const char *name, RolloutCorrection *out) {
+    static const struct {
+        const char *name, *trl_name;
+        RolloutCorrection mode;
+    } names[] = {
+        {"none", "none", ROLLOUT_CORRECTION_NONE},
+        {"token-truncate", "token_truncate", ROLLOUT_CORRECTION_TOKEN_TRUNCATE},
+        {"token-mask", "token_mask", ROLLOUT_CORRECTION_TOKEN_MASK},
+        {"sequence-truncate", "sequence_truncate", ROLLOUT_CORRECTION_SEQUENCE_TRUNCATE},
+        {"sequence-mask", "sequence_mask", ROLLOUT_CORRECTION_SEQUENCE_MASK},
+    };
+    for (size_t k = 0; k < sizeof names / sizeof names[0]; k++)
+        if (!strcmp(name, names[k].name) || !strcmp(name, names[k].trl_name)) {
+            *out = names[k].mode;
+            return 0;
+        }
+    return -1;
+}

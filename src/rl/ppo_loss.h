@@ -23,10 +23,21 @@
 // N is the number of response tokens in the optimizer step (scale = 1/N).
 #pragma once
 
+#include <stdbool.h>
+
 #include "rl/kl_estimator.h"
 
 typedef enum { RATIO_PER_TOKEN, RATIO_MACRO_PRODUCT, RATIO_SEQUENCE_MEAN } RatioKind;
 typedef enum { POLICY_LOSS_PPO, POLICY_LOSS_CISPO, POLICY_LOSS_SAPO, POLICY_LOSS_VESPO } PolicyLossKind;
+// How the policy term is corrected for generation's log-probs differing from the training
+// forward's (rollout_correction_weights; TRL's vllm_importance_sampling_mode).
+typedef enum {
+    ROLLOUT_CORRECTION_NONE,
+    ROLLOUT_CORRECTION_TOKEN_TRUNCATE,
+    ROLLOUT_CORRECTION_TOKEN_MASK,
+    ROLLOUT_CORRECTION_SEQUENCE_TRUNCATE,
+    ROLLOUT_CORRECTION_SEQUENCE_MASK,
+} RolloutCorrection;
 
 typedef struct {
     float clip_ratio;  // epsilon (released: 0.2): ratios below 1 - epsilon are clipped
@@ -47,6 +58,17 @@ typedef struct {
     // rho = 1 - this): the policy term of the tokens whose entropy is below this quantile of
     // the micro-batch's trained tokens' entropies is left out (actor_micro_step). 0: none.
     float low_entropy_fraction;
+    // Generation samples with its own kernels (a KV cache, another precision or quantization),
+    // so its log-probs of the sampled tokens are not quite the training forward's old ones: each
+    // token's policy term is weighted by rollout_correction_weights (TRL's vLLM importance
+    // sampling correction). NONE: off.
+    RolloutCorrection rollout_correction;
+    float rollout_correction_min, rollout_correction_max; // [C_min, C_max] (C_min 0: none)
+    // Off-policy sequence masking (DeepSeek-V3.2; TRL's off_policy_mask_threshold): a response
+    // whose mean log-ratio of sampling to current policy is above this leaves the policy term on
+    // its negative-advantage tokens (off_policy_masked), when off_policy_mask.
+    bool off_policy_mask;
+    float off_policy_mask_threshold;
 } PpoLossConfig;
 
 typedef struct {
@@ -58,6 +80,9 @@ typedef struct {
     // The entropy over the tokens the policy term trains (loss weight above 0, not left out by
     // the 80/20 rule): its sum and count (actor_micro_step; adaptive entropy control reads them)
     double trained_entropy, trained_tokens;
+    // Over the response tokens (actor_micro_step, as `tokens`): the sum of their rollout-correction
+    // weights, and how many the off-policy mask left out of the policy term.
+    double rollout_weight_sum, off_policy_masked;
 } PpoLossStats;
 
 // Accumulates into dlogp[0..R) (may be NULL). Returns the summed loss (before scale).
@@ -75,6 +100,20 @@ double ppo_value_loss(const PpoLossConfig *config, const float *values_new, cons
 // the summed kl (before coef and scale).
 double ppo_kl_loss(KlEstimator estimator, const float *logp_new, const float *logp_ref, int R, float coef, float scale,
                    float *dlogp);
+
+// The importance weights of one response's R tokens for generation's log-probs: ratio
+// exp(logp_old - logp_rollout) per token (token modes) or exp(sum over the response) on every
+// token (sequence modes), then clamped to [min, max] (truncate modes) or 0 outside it (mask
+// modes); 1 everywhere for NONE. As TRL computes vllm_importance_sampling_ratio.
+void rollout_correction_weights(RolloutCorrection mode, float min, float max, const float *logp_old,
+                                const float *logp_rollout, int R, float *weights);
+// DeepSeek-V3.2's off-policy sequence mask (TRL's get_off_policy_mask): true when the mean over
+// the response of logp_sampling - logp_new is above `threshold` (its negative-advantage tokens
+// then leave the policy term).
+bool off_policy_masked(const float *logp_sampling, const float *logp_new, int R, float threshold);
+// "none" | "token-truncate" | "token-mask" | "sequence-truncate" | "sequence-mask" (TRL's names
+// with underscores too); -1 otherwise.
+int rollout_correction_from_name(const char *name, RolloutCorrection *out);
 
 // The q-quantile of values[0, n) (n > 0) as torch.quantile's default computes it: sorted, at
 // position q (n - 1), interpolated linearly between its two neighbours.

@@ -244,6 +244,58 @@ sys.exit(0 if clipped[0] > 0 and clipped[1] < clipped[0] else 1)
 PYEOF2
     ! cmp -s "$tmp/grpo_clip_higher/final/actor/model.safetensors" "$tmp/grpo_clip_symmetric/final/actor/model.safetensors" &&
     pass dapo_clip_higher || fail dapo_clip_higher "$(tail -n 3 "$tmp/grpo_clip_higher.err")"
+# DeepSeek-V3.2's off-policy sequence masking (TRL's off_policy_mask_threshold; its arithmetic is
+# test_ppo_math's against TRL's): in the clip test's off-policy steps a threshold of 0 drops the
+# negative-advantage tokens of the responses the policy has moved away from (a fraction logged,
+# and another training); a threshold no response reaches is the plain run bit for bit.
+run grpo_off_policy_masked "${clip_args[@]}" --off-policy-mask-threshold 0
+run grpo_off_policy_unreached "${clip_args[@]}" --off-policy-mask-threshold 1e9
+python3 - "$tmp/grpo_off_policy_masked/metrics.jsonl" "$tmp/grpo_off_policy_unreached/metrics.jsonl" \
+    "$tmp/grpo_clip_symmetric/metrics.jsonl" << 'PYEOF2' &&
+import json, sys
+masked, unreached, plain = [[r for r in map(json.loads, open(p)) if "train/score" in r] for p in sys.argv[1:]]
+print(f"masked fractions {[r['train/off_policy_masked'] for r in masked]}, unreached "
+      f"{[r['train/off_policy_masked'] for r in unreached]}, plain {[r['train/off_policy_masked'] for r in plain]}",
+      file=sys.stderr)
+ok = all(0 < r["train/off_policy_masked"] < 0.5 for r in masked) and all(r["train/off_policy_masked"] == 0 for r in unreached)
+sys.exit(0 if ok and all(r["train/off_policy_masked"] is None for r in plain) else 1)
+PYEOF2
+    cmp -s "$tmp/grpo_off_policy_unreached/final/actor/model.safetensors" \
+        "$tmp/grpo_clip_symmetric/final/actor/model.safetensors" &&
+    ! cmp -s "$tmp/grpo_off_policy_masked/final/actor/model.safetensors" \
+        "$tmp/grpo_clip_symmetric/final/actor/model.safetensors" &&
+    pass grpo_off_policy_mask || fail grpo_off_policy_mask "$(tail -n 3 "$tmp/grpo_off_policy_masked.err")"
+# --rollout-correction (TRL's vLLM importance sampling): on the CPU generation's log-probs are
+# the actor pass's to float rounding, so every ratio is 1 but for rounding: the sequence weights
+# log ~1; truncated at 0.5 every weight is 0.5 and the first step's actor gradient half the plain
+# run's; masked outside [0, 0.5] every weight is 0 and there is no actor gradient.
+one=(--termination-condition token --max-iterations 1)
+run correction_plain "${one[@]}"
+run correction_sequence "${one[@]}" --rollout-correction sequence-truncate
+run correction_half "${one[@]}" --rollout-correction token-truncate --rollout-correction-max 0.5
+run correction_none "${one[@]}" --rollout-correction token-mask --rollout-correction-max 0.5
+python3 - "$tmp" << 'PYEOF2' &&
+import json, sys
+def first(name):
+    return [r for r in map(json.loads, open(f"{sys.argv[1]}/{name}/metrics.jsonl")) if "train/score" in r][0]
+plain, sequence, half, none = (first(n) for n in ("correction_plain", "correction_sequence", "correction_half",
+                                                   "correction_none"))
+norms = [r["train/actor_grad_norm"] for r in (plain, half, none)]
+weights = [r["train/rollout_weight"] for r in (plain, sequence, half, none)]
+print(f"actor grad norms (plain, half, none) {norms}; weights {weights}", file=sys.stderr)
+ok = weights[0] is None and abs(weights[1] - 1) < 1e-3 and weights[2] == 0.5 and weights[3] == 0
+ok &= abs(norms[1] - 0.5 * norms[0]) < 1e-4 * norms[0] and norms[2] == 0 and norms[0] > 0
+sys.exit(0 if ok else 1)
+PYEOF2
+    pass ppo_rollout_correction || fail ppo_rollout_correction "$(tail -n 3 "$tmp/correction_half.err")"
+expect_error ppo_rollout_correction_unknown "--rollout-correction must be none, token-truncate" "$bin" ppo \
+    "${common[@]}" --rollout-correction vllm --output "$tmp/x"
+expect_error ppo_rollout_correction_bounds "must be 0 <= min < max" "$bin" ppo "${common[@]}" \
+    --rollout-correction token-mask --rollout-correction-min 2 --rollout-correction-max 1 --output "$tmp/x"
+expect_error ppo_rollout_correction_from_rollout "give one (--rollout-correction)" "$bin" ppo "${common[@]}" \
+    --rollout-correction token-mask --old-logprobs-from-rollout --output "$tmp/x"
+expect_error ppo_rollout_correction_vespo "--policy-loss vespo weighs its tokens" "$bin" ppo "${common[@]}" \
+    --advantage-estimator grpo --samples-per-prompt 2 --policy-loss vespo --rollout-correction token-mask --output "$tmp/x"
 run grpo_overlong --advantage-estimator grpo --samples-per-prompt 4 --max-iterations 1 --termination-condition token \
     --overlong-buffer 8 --overlong-penalty 5
 run grpo_plain --advantage-estimator grpo --samples-per-prompt 4 --max-iterations 1 --termination-condition token
