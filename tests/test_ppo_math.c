@@ -309,6 +309,38 @@ static void test_policy_losses_against_trl(void) {
             EXPECT_CLOSE(grad[t], json_number_value(json_array_get(json_object_get(c, "grad"), t)), 1e-6, 1e-4, what);
         }
     }
+    // TRL 1.16's default KL loss term: k3 times the policy ratio (use_bias_correction_kl), beside
+    // the clipped term; and without the correction the loss is another (the cases' KL is not 0).
+    int kl_cases = 0;
+    json_array_foreach(json_object_get(root, "kl_bias_correction"), index, c) {
+        PpoLossConfig config = {.clip_ratio = (float)json_number_value(json_object_get(c, "epsilon_low")),
+                                .clip_ratio_high = (float)json_number_value(json_object_get(c, "epsilon_high")),
+                                .kl_loss_coef = (float)json_number_value(json_object_get(c, "beta")),
+                                .kl_loss_estimator = KL_K3, .kl_loss_bias_correction = true};
+        CHECK(ratio_kind_from_name(json_string_value(json_object_get(c, "level")), &config.ratio) == 0, "level");
+        float logp_old[16], logp_ref[16], logp_new[16], advantages[16], grad[16] = {0};
+        int R = floats(json_object_get(c, "logp_old"), logp_old), segments[16];
+        floats(json_object_get(c, "logp_ref"), logp_ref);
+        floats(json_object_get(c, "logp_new"), logp_new);
+        for (int t = 0; t < R; t++) advantages[t] = (float)json_number_value(json_object_get(c, "advantage")), segments[t] = 1;
+        const float scale = 1.0f / R;
+        double loss = ppo_policy_loss(&config, logp_new, logp_old, advantages, segments, R, R, scale, grad, NULL) * scale;
+        loss += config.kl_loss_coef * scale *
+                ppo_kl_loss_ratio_weighted(&config, logp_new, logp_old, logp_ref, segments, R, R, scale, grad);
+        char what[96];
+        snprintf(what, sizeof what, "KL bias-correction case %zu loss", index);
+        EXPECT_CLOSE(loss, json_number_value(json_object_get(c, "loss")), 1e-6, 1e-5, what);
+        for (int t = 0; t < R; t++) {
+            snprintf(what, sizeof what, "KL bias-correction case %zu d loss / d logp[%d]", index, t);
+            EXPECT_CLOSE(grad[t], json_number_value(json_array_get(json_object_get(c, "grad"), t)), 1e-6, 1e-4, what);
+        }
+        const double plain = ppo_kl_loss(KL_K3, logp_new, logp_ref, R, 0, 0, NULL);
+        EXPECT(fabs(plain - ppo_kl_loss_ratio_weighted(&config, logp_new, logp_old, logp_ref, segments, R, R, 0, NULL)) >
+                   1e-6 * fabs(plain),
+               "KL bias-correction case %zu: the ratio changes the term", index);
+        kl_cases++;
+    }
+    EXPECT(kl_cases == 8, "%d KL bias-correction cases", kl_cases);
     EXPECT(dropped > 0 && zero_weights > 0 && clamped_weights > 0,
            "the cases drop %d responses, zero %d weights, clamp %d (each must be some)", dropped, zero_weights,
            clamped_weights);
@@ -482,6 +514,27 @@ static void test_kl_estimators(void) {
         EXPECT(rewards[t] == -0.05f * (logp[t] - logp_ref[t]), "k1 penalty bits at %d", t);
     KlEstimator unknown;
     EXPECT(kl_estimator_from_name("low_var_kl", &unknown) != 0, "unknown estimator refused");
+    // The ratio-weighted term's gradient (the ratio's own included) against central differences,
+    // for each kind of ratio and a macro segmentation of 2 + 3 tokens.
+    const float old5[5] = {-1.1f, -0.4f, -2.0f, -0.9f, -3.1f}, ref5[5] = {-1.0f, -0.7f, -1.6f, -1.2f, -2.5f};
+    const float new5[5] = {-0.8f, -0.5f, -2.3f, -0.6f, -2.9f};
+    const int macro[2] = {2, 3};
+    for (int kind = RATIO_PER_TOKEN; kind <= RATIO_SEQUENCE_MEAN; kind++)
+        for (int e = KL_K1; e <= KL_K3; e++) {
+            PpoLossConfig config = {.ratio = (RatioKind)kind, .kl_loss_coef = 0.3f, .kl_loss_estimator = (KlEstimator)e};
+            float grad[5] = {0};
+            ppo_kl_loss_ratio_weighted(&config, new5, old5, ref5, macro, 2, 5, 0.5f, grad);
+            for (int t = 0; t < 5; t++) {
+                float up[5], down[5];
+                memcpy(up, new5, sizeof up), memcpy(down, new5, sizeof down);
+                up[t] += 1e-3f, down[t] -= 1e-3f;
+                const double numeric = 0.3 * 0.5 *
+                                       (ppo_kl_loss_ratio_weighted(&config, up, old5, ref5, macro, 2, 5, 0, NULL) -
+                                        ppo_kl_loss_ratio_weighted(&config, down, old5, ref5, macro, 2, 5, 0, NULL)) /
+                                       ((double)up[t] - down[t]);
+                EXPECT_CLOSE(grad[t], numeric, 1e-5, 1e-3, "ratio-weighted KL gradient");
+            }
+        }
 }
 
 int main(void) {

@@ -14,14 +14,16 @@ GRPOTrainer (developers only; CI never runs Python). From trl/trainer/grpo_train
   _generate_and_score_completions, scale_rewards="batch": (r - group mean) / (nanstd(r) + 1e-4)
   and from TRL 1.16: delta (grpo's coef_1 clamped at it before the min) and top_entropy_quantile
   (get_high_entropy_mask: the per-token loss times entropy >= torch.quantile(entropies, 1 - rho)),
-  and the importance sampling of generation's log-probs and off-policy masking (below)
+  the importance sampling of generation's log-probs and off-policy masking, and the bias-corrected
+  KL term (below)
 The gradients d loss / d logp_new come from torch autograd in float64.
 Writes tests/fixtures/ppo/grpo_losses.json: {"losses": [{"loss_type", "level", "epsilon_low",
 "epsilon_high", "cispo_max", "tau_pos", "tau_neg", "logp_old", "logp_new", "advantage", "loss",
 "grad", "delta" (0: none), "entropy_quantile" (1: none), "entropies", "entropy_threshold"}],
 "batch_scaling": [{"rewards", "groups", "advantages"}], "rollout_correction": [{"mode", "clip_min" (0: none),
 "clip_max", "threshold" (-1: none), "epsilon_low", "epsilon_high", "logp_old", "logp_sampling", "logp_new",
-"advantage", "weights", "kept", "loss", "grad"}]}.
+"advantage", "weights", "kept", "loss", "grad"}], "kl_bias_correction": [{"level", "beta", "epsilon_low",
+"epsilon_high", "logp_old", "logp_ref", "logp_new", "advantage", "loss", "grad"}]}.
 usage: .venv-tools/bin/python tools/make_grpo_loss_fixtures.py
 """
 import json
@@ -172,8 +174,45 @@ for mode in ["token_truncate", "token_mask", "sequence_truncate", "sequence_mask
             for R, threshold in [(5, None), (12, 0.05)]:
                 rollout_correction.append(rollout_correction_case(mode, clip_min, clip_max, advantage, R, threshold))
 
+
+
+def kl_bias_case(level, advantage, R, beta):
+    """TRL 1.16's grpo loss with its k3 KL term times coef_1 (use_bias_correction_kl, the default):
+    per_token_kl = exp(ref - logp) - (ref - logp) - 1, times exp(logp - old) per token or exp of the
+    response's mean log-ratio, plus beta times it, averaged over the tokens; gradient by autograd."""
+    eps_low, eps_high = 0.2, 0.28
+    old = torch.tensor([[rng.uniform(-4.0, -0.2) for _ in range(R)]], dtype=torch.float64)
+    ref = old + torch.tensor([[rng.gauss(0, 0.4) for _ in range(R)]], dtype=torch.float64)
+    new = (old + torch.tensor([[rng.gauss(0, 0.3) for _ in range(R)]], dtype=torch.float64)).requires_grad_()
+    mask = torch.ones(1, R, dtype=torch.float64)
+    advantages = torch.tensor([[advantage]], dtype=torch.float64)
+    log_ratio = new - old
+    if level == "token":
+        log_importance_weights = log_ratio
+    else:
+        log_importance_weights = ((log_ratio * mask).sum(-1) / mask.sum(-1).clamp(min=1.0)).unsqueeze(-1)
+    coef_1 = torch.exp(log_importance_weights)
+    per_token_kl = torch.exp(ref - new) - (ref - new) - 1
+    per_token_kl = per_token_kl * coef_1
+    coef_2 = torch.clamp(coef_1, 1 - eps_low, 1 + eps_high)
+    per_token_loss = -torch.min(coef_1 * advantages, coef_2 * advantages) + beta * per_token_kl
+    loss = ((per_token_loss * mask).sum(-1) / mask.sum(-1).clamp(min=1.0)).mean()
+    loss.backward()
+    return {"level": level, "beta": beta, "epsilon_low": eps_low, "epsilon_high": eps_high,
+            "logp_old": old[0].tolist(), "logp_ref": ref[0].tolist(), "logp_new": new[0].detach().tolist(),
+            "advantage": advantage, "loss": loss.item(), "grad": new.grad[0].tolist()}
+
+
+# TRL 1.16's bias-corrected KL term, drawn last for the same reason.
+kl_bias_correction = []
+for level in ["token", "sequence"]:
+    for advantage in [1.3, -0.7]:
+        for R in [5, 12]:
+            kl_bias_correction.append(kl_bias_case(level, advantage, R, 0.2))
+
 path = os.path.join(os.path.dirname(__file__), "..", "tests/fixtures/ppo/grpo_losses.json")
 with open(path, "w") as f:
-    json.dump({"losses": losses, "batch_scaling": batch_scaling, "rollout_correction": rollout_correction}, f)
+    json.dump({"losses": losses, "batch_scaling": batch_scaling, "rollout_correction": rollout_correction,
+               "kl_bias_correction": kl_bias_correction}, f)
 print("wrote", path, len(losses), "loss cases,", len(batch_scaling), "batches,", len(rollout_correction),
-      "rollout-correction cases")
+      "rollout-correction cases,", len(kl_bias_correction), "KL bias-correction cases")

@@ -59,6 +59,7 @@ int cmd_ppo(int argc, char **argv) {
     double missing_eos_penalty = 0, rollout_correction_min = 0, rollout_correction_max = 3.0;
     double off_policy_mask_threshold = -1;
     char *rollout_correction = "none";
+    bool kl_loss_bias_correction = false;
     long critic_warmup_iterations = 0;
     Option options[176] = {
         {"actor-model", "actor_model_name_or_path model", OPT_STRING, &actor, "the SFT model (actor and, by default, reference)", true, false},
@@ -166,6 +167,9 @@ int cmd_ppo(int argc, char **argv) {
         {"kl-loss-coef", "kl_loss_coef", OPT_FLOAT, &kl_loss_coef,
          "KL to the reference as a loss term, k3 by default (verl's use_kl_loss, TRL's GRPO beta); pair with --kl-ctl 0",
          false, false},
+        {"kl-loss-bias-correction", "use_bias_correction_kl", OPT_BOOL, &kl_loss_bias_correction,
+         "--kl-loss-coef's term times each token's policy ratio, its gradient included (DeepSeek-V3.2's unbiased KL; "
+         "TRL's use_bias_correction_kl, on by default in TRL 1.16's GRPO)", false, false},
         {"kl-loss-type", "kl_loss_type", OPT_STRING, &kl_loss_type,
          "--kl-loss-coef's per-token estimate: k3 (the default: verl's low_var_kl unclamped, TRL's GRPO KL), k1, k2 "
          "(verl's mse) or abs", false, false},
@@ -523,6 +527,9 @@ int cmd_ppo(int argc, char **argv) {
         die_user("option --kl-estimator must be k1, k2, k3 or abs, got '%s'", kl_estimator);
     if (kl_loss_type && kl_estimator_from_name(kl_loss_type, &c.loss.kl_loss_estimator) != 0)
         die_user("option --kl-loss-type must be k1, k2, k3 or abs, got '%s'", kl_loss_type);
+    if (kl_loss_bias_correction && !(kl_loss_coef > 0))
+        die_user("option --kl-loss-bias-correction weights --kl-loss-coef's term: give --kl-loss-coef above 0");
+    c.loss.kl_loss_bias_correction = kl_loss_bias_correction;
     if (kl_loss_type && !(kl_loss_coef > 0))
         die_user("option --kl-loss-type picks --kl-loss-coef's estimate: give --kl-loss-coef above 0");
     c.kl_target = kl_target, c.kl_horizon = kl_horizon, c.entropy_coef = entropy_coef, c.ptx_coef = ptx_coef;

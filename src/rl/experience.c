@@ -192,10 +192,14 @@ double actor_micro_step(Model *actor, Sample *const *samples, int count, const P
         total += s->loss_scale * ppo_policy_loss(loss, logp + offset, s->logp_old, sample_advantages, s->segments,
                                                  s->segment_count, s->response_length, s->loss_scale, dlogp + offset,
                                                  stats);
-        if (loss->kl_loss_coef > 0)
+        if (loss->kl_loss_coef > 0 && loss->kl_loss_bias_correction)
             total += s->loss_scale * loss->kl_loss_coef *
-                     ppo_kl_loss(loss->kl_loss_estimator, logp + offset, s->logp_ref, s->response_length, loss->kl_loss_coef, s->loss_scale,
-                                 dlogp + offset);
+                     ppo_kl_loss_ratio_weighted(loss, logp + offset, s->logp_old, s->logp_ref, s->segments,
+                                                s->segment_count, s->response_length, s->loss_scale, dlogp + offset);
+        else if (loss->kl_loss_coef > 0)
+            total += s->loss_scale * loss->kl_loss_coef *
+                     ppo_kl_loss(loss->kl_loss_estimator, logp + offset, s->logp_ref, s->response_length,
+                                 loss->kl_loss_coef, s->loss_scale, dlogp + offset);
         for (int j = 0; j < s->response_length; j++) {
             *entropy_sum += entropy[offset + j];
             // The bonus maximises entropy: loss -= coef * H (on the tokens the policy term keeps).

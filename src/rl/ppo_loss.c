@@ -183,6 +183,33 @@ double ppo_value_loss(const PpoLossConfig *config, const float *values_new, cons
     return loss;
 }
 
+double ppo_kl_loss_ratio_weighted(const PpoLossConfig *config, const float *logp_new, const float *logp_old,
+                                  const float *logp_ref, const int *segment_lengths, int segments, int R, float scale,
+                                  float *dlogp) {
+    double sum = 0;
+    int first = 0;
+    // The groups that share a ratio, as ppo_policy_loss takes them.
+    for (int s = 0; config->ratio == RATIO_MACRO_PRODUCT ? s < segments : first < R; s++) {
+        int m = config->ratio == RATIO_MACRO_PRODUCT ? segment_lengths[s] : config->ratio == RATIO_SEQUENCE_MEAN ? R : 1;
+        double factor = config->ratio == RATIO_SEQUENCE_MEAN ? 1.0 / m : 1.0; // d log rho / d logp_new
+        double log_ratio = 0, group_kl = 0;
+        for (int i = 0; i < m; i++) {
+            log_ratio += (double)logp_new[first + i] - logp_old[first + i];
+            group_kl += kl_estimate(config->kl_loss_estimator, (double)logp_new[first + i] - logp_ref[first + i]);
+        }
+        const double ratio = exp(log_ratio * factor);
+        sum += ratio * group_kl;
+        // d (rho sum_i kl_i) / d logp_t = rho kl'_t + (sum_i kl_i) rho factor
+        for (int i = 0; dlogp && i < m; i++) {
+            const int t = first + i;
+            const double slope = kl_estimate_slope(config->kl_loss_estimator, (double)logp_new[t] - logp_ref[t]);
+            dlogp[t] += (float)(scale * config->kl_loss_coef * ratio * (slope + group_kl * factor));
+        }
+        first += m;
+    }
+    return sum;
+}
+
 static int compare_floats(const void *a, const void *b) {
     const float x = *(const float *)a, y = *(const float *)b;
     return (x > y) - (x < y);

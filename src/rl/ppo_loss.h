@@ -50,6 +50,9 @@ typedef struct {
     float vespo_k_pos, vespo_lambda_pos, vespo_k_neg, vespo_lambda_neg; // VESPO's phi (TRL: 2, 3, 3, 2)
     float kl_loss_coef; // > 0: plus this times ppo_kl_loss per token (verl's use_kl_loss, TRL's GRPO beta)
     KlEstimator kl_loss_estimator; // its per-token KL (verl's kl_loss_type; default k3)
+    // Each token's KL term times its policy ratio, the ratio's gradient included (TRL's
+    // use_bias_correction_kl, DeepSeek-V3.2's unbiased KL: ppo_kl_loss_ratio_weighted).
+    bool kl_loss_bias_correction;
     // The clipped loss's two-sided clipping (TRL's delta, INTELLECT-2; verl's dual clip,
     // clip_ratio_c): its unclipped term takes min(ratio, ratio_cap), so a negative advantage's
     // loss stops growing with the ratio. 0: none.
@@ -100,6 +103,14 @@ double ppo_value_loss(const PpoLossConfig *config, const float *values_new, cons
 // the summed kl (before coef and scale).
 double ppo_kl_loss(KlEstimator estimator, const float *logp_new, const float *logp_ref, int R, float coef, float scale,
                    float *dlogp);
+// The same term with each token's kl times its policy ratio rho (config->ratio's: the token's
+// own, its macro action's or the response's; DeepSeek-V3.2's bias-corrected KL, TRL's
+// use_bias_correction_kl): sum_t rho_t kl_t by config->kl_loss_estimator. Accumulates
+// scale * config->kl_loss_coef * its gradient, d rho / d logp_new included, into dlogp (may be
+// NULL). Returns the sum (before coef and scale).
+double ppo_kl_loss_ratio_weighted(const PpoLossConfig *config, const float *logp_new, const float *logp_old,
+                                  const float *logp_ref, const int *segment_lengths, int segments, int R, float scale,
+                                  float *dlogp);
 
 // The importance weights of one response's R tokens for generation's log-probs: ratio
 // exp(logp_old - logp_rollout) per token (token modes) or exp(sum over the response) on every

@@ -380,6 +380,18 @@ PYEOF
     [ -f "$tmp/kl_k3/final/actor/model.safetensors" ] &&
     ! cmp -s "$tmp/token/final/actor/model.safetensors" "$tmp/kl_k3/final/actor/model.safetensors" &&
     pass ppo_kl_estimator || fail ppo_kl_estimator "$(tail -n 2 "$tmp/kl_k3.err")"
+# TRL 1.16's default KL term (use_bias_correction_kl, its arithmetic test_ppo_math's against TRL's):
+# the first step is the plain term's (the actor is the reference: every k3 and its slope 0),
+# the run is not.
+run grpo_kl_loss_bias --advantage-estimator grpo --samples-per-prompt 2 --kl-ctl 0 --kl-loss-coef 0.1 \
+    --kl-loss-bias-correction --termination-condition token
+[ -f "$tmp/grpo_kl_loss_bias/final/actor/model.safetensors" ] &&
+    ! cmp -s "$tmp/grpo_kl_loss/final/actor/model.safetensors" "$tmp/grpo_kl_loss_bias/final/actor/model.safetensors" &&
+    [ "$(json_field "$tmp/grpo_kl_loss/metrics.jsonl" train/actor_grad_norm 0)" = \
+      "$(json_field "$tmp/grpo_kl_loss_bias/metrics.jsonl" train/actor_grad_norm 0)" ] &&
+    pass grpo_kl_loss_bias_correction || fail grpo_kl_loss_bias_correction "$(tail -n 2 "$tmp/grpo_kl_loss_bias.err")"
+expect_error ppo_kl_loss_bias_without_coef "give --kl-loss-coef above 0" "$bin" ppo "${common[@]}" \
+    --kl-loss-bias-correction --output "$tmp/x"
 expect_error ppo_kl_estimator_unknown "--kl-estimator must be k1, k2, k3 or abs" "$bin" ppo "${common[@]}" \
     --kl-estimator low_var_kl --output "$tmp/x"
 expect_error ppo_kl_loss_type_without_coef "give --kl-loss-coef above 0" "$bin" ppo "${common[@]}" --kl-loss-type k2 \
