@@ -1,6 +1,7 @@
 // marlhf ppo: PPO / MA-PPO against a reward model (step 3). See rl/ppo.h.
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "cli/batch_invariant.h"
@@ -15,6 +16,42 @@
 #include "train/packing.h"
 #include "train/lr_schedule.h"
 
+// --reward's sources ("model,command": each kind once) and --reward-weights' weights (one a
+// source, finite; default 1 each) into the config.
+static void parse_reward_sources(const char *sources, const char *weights, PpoConfig *c) {
+    c->reward_count = 0;
+    for (const char *at = sources;;) {
+        const char *comma = strchr(at, ',');
+        const size_t length = comma ? (size_t)(comma - at) : strlen(at);
+        char name[16] = "";
+        RewardKind kind;
+        if (length < sizeof name) memcpy(name, at, length), name[length] = '\0';
+        if (length >= sizeof name || reward_kind_from_name(name, &kind) != 0)
+            die_user("option --reward must be model, lexicon, code, command or remote, or several of them separated by "
+                     "commas, got '%s'", sources);
+        if (ppo_uses_reward(c, kind)) die_user("option --reward names %s twice, got '%s'", name, sources);
+        c->rewards[c->reward_count] = kind;
+        c->reward_weights[c->reward_count++] = 1.0;
+        if (!comma) break;
+        at = comma + 1;
+    }
+    if (!weights) return;
+    int count = 0;
+    for (const char *at = weights;;) {
+        char *end;
+        const double weight = strtod(at, &end);
+        if (end == at || (*end != ',' && *end != '\0') || !isfinite(weight) || count == c->reward_count)
+            die_user("option --reward-weights must be %d number%s separated by commas, one for each --reward source, "
+                     "got '%s'", c->reward_count, c->reward_count == 1 ? "" : "s", weights);
+        c->reward_weights[count++] = weight;
+        if (*end == '\0') break;
+        at = end + 1;
+    }
+    if (count != c->reward_count)
+        die_user("option --reward-weights must be %d number%s separated by commas, one for each --reward source, got "
+                 "'%s'", c->reward_count, c->reward_count == 1 ? "" : "s", weights);
+}
+
 int cmd_ppo(int argc, char **argv) {
     PpoConfig c = ppo_default_config();
     char *actor = NULL, *reference = NULL, *reward_model = NULL, *critic = NULL, *prompts = NULL, *eval_prompts = NULL;
@@ -22,7 +59,7 @@ int cmd_ppo(int argc, char **argv) {
     char *output = NULL, *ptx = NULL, *lexicon = NULL, *data_split = "", *data_format = "auto", *device = "cpu";
     char *rename_columns = NULL;
     char *chat_template = NULL;
-    char *reward_command = NULL, *reward_url = NULL, *reward_label_key = "label";
+    char *reward_command = NULL, *reward_url = NULL, *reward_label_key = "label", *reward_weights = NULL;
     double reward_timeout = 60;
     long reward_retries = 3;
     char *termination = "fixed", *value_function = "equal", *macro_reward = "mean", *ratio = NULL;
@@ -92,8 +129,10 @@ int cmd_ppo(int argc, char **argv) {
         {"data-phase", "data_phase", OPT_INT, &data_phase, "which part of --data-split PPO uses", false, false},
         {"reward", NULL, OPT_STRING, &reward,
          "model | lexicon (the gold lexicon as reward) | code (APPS execution) | command (--reward-command) | "
-         "remote (--reward-url)",
+         "remote (--reward-url), or several separated by commas (e.g. model,command): their weighted sum",
          false, false},
+        {"reward-weights", "reward_weights", OPT_STRING, &reward_weights,
+         "one weight per --reward source, separated by commas (TRL's reward_weights; default: all 1)", false, false},
         {"reward-command", "reward_command", OPT_STRING, &reward_command,
          "a program scoring responses: one JSON line {prompt, response, row} in, one number out (see docs/grpo.md)",
          false, false},
@@ -318,24 +357,20 @@ int cmd_ppo(int argc, char **argv) {
     if (quantize_type_check(critic_quantize, "--critic-quantize") != 0) die_from_err();
     if (quantize_type_check(reward_quantize, "--reward-quantize") != 0) die_from_err();
     c.reference_quantize = reference_quantize, c.reward_quantize = reward_quantize;
-    if (!strcmp(reward, "model")) c.reward = REWARD_MODEL;
-    else if (!strcmp(reward, "lexicon")) c.reward = REWARD_LEXICON;
-    else if (!strcmp(reward, "code")) c.reward = REWARD_CODE;
-    else if (!strcmp(reward, "command")) c.reward = REWARD_COMMAND;
-    else if (!strcmp(reward, "remote")) c.reward = REWARD_REMOTE;
-    else die_user("option --reward must be model, lexicon, code, command or remote, got '%s'", reward);
-    if (c.reward == REWARD_COMMAND && (!reward_command || !*reward_command))
+    parse_reward_sources(reward, reward_weights, &c);
+    if (ppo_uses_reward(&c, REWARD_COMMAND) && (!reward_command || !*reward_command))
         die_user("option --reward command needs --reward-command 'PROGRAM ARGS'");
-    if (reward_command && c.reward != REWARD_COMMAND) die_user("option --reward-command needs --reward command");
+    if (reward_command && !ppo_uses_reward(&c, REWARD_COMMAND)) die_user("option --reward-command needs --reward command");
     if (!(reward_timeout > 0) || !isfinite(reward_timeout))
         die_user("option --reward-timeout must be positive, got %g", reward_timeout);
-    if (c.reward == REWARD_REMOTE && (!reward_url || !*reward_url))
+    if (ppo_uses_reward(&c, REWARD_REMOTE) && (!reward_url || !*reward_url))
         die_user("option --reward remote needs --reward-url http://HOST:PORT/get_reward");
-    if (reward_url && c.reward != REWARD_REMOTE) die_user("option --reward-url needs --reward remote");
+    if (reward_url && !ppo_uses_reward(&c, REWARD_REMOTE)) die_user("option --reward-url needs --reward remote");
     c.reward_command = reward_command, c.reward_timeout_seconds = reward_timeout;
     if (reward_retries < 0 || reward_retries > 100) die_user("option --reward-retries must be in 0..100, got %ld", reward_retries);
     c.reward_url = reward_url, c.reward_label_key = reward_label_key, c.reward_retries = (int)reward_retries;
-    if (c.reward == REWARD_MODEL && !reward_model) die_user("missing option --reward-model (or --reward lexicon|code)");
+    if (ppo_uses_reward(&c, REWARD_MODEL) && !reward_model)
+        die_user("missing option --reward-model (or --reward lexicon|code)");
     if (!strcmp(termination, "token")) c.token_level = true;
     else if (macro_termination_from_name(termination, &c.macro.condition) != 0)
         die_user("option --termination-condition must be fixed, randomized, parsing, ppl or token, got '%s'", termination);

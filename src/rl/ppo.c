@@ -43,7 +43,9 @@ PpoConfig ppo_default_config(void) {
         .data_format = "auto",
         .data_phase = 3,
         .device = "cpu",
-        .reward = REWARD_MODEL,
+        .rewards = {REWARD_MODEL},
+        .reward_weights = {1.0},
+        .reward_count = 1,
         .reward_timeout_seconds = 60,
         .reward_label_key = "label",
         .reward_retries = 3,
@@ -90,6 +92,25 @@ PpoConfig ppo_default_config(void) {
     };
 }
 
+static const char *const reward_kind_names[REWARD_KINDS] = {"model", "lexicon", "code", "command", "remote"};
+
+int reward_kind_from_name(const char *name, RewardKind *out) {
+    for (int k = 0; k < REWARD_KINDS; k++)
+        if (!strcmp(name, reward_kind_names[k])) {
+            *out = (RewardKind)k;
+            return 0;
+        }
+    return -1;
+}
+
+const char *reward_kind_name(RewardKind kind) { return reward_kind_names[kind]; }
+
+bool ppo_uses_reward(const PpoConfig *config, RewardKind kind) {
+    for (int k = 0; k < config->reward_count; k++)
+        if (config->rewards[k] == kind) return true;
+    return false;
+}
+
 // Prompts tokenized once (with the tokenizer's special tokens), longer ones dropped.
 typedef struct {
     int **ids;
@@ -112,7 +133,7 @@ static int load_prompts(const PpoConfig *c, const char *path, bool apply_split, 
     if (c->data_format && strcmp(c->data_format, "auto") && data_format_parse(c->data_format, "--data-format", &format) != 0)
         return -1;
     // The command is given each prompt's row, a reward server its label.
-    const bool keep_raw = c->reward == REWARD_COMMAND || c->reward == REWARD_REMOTE;
+    const bool keep_raw = ppo_uses_reward(c, REWARD_COMMAND) || ppo_uses_reward(c, REWARD_REMOTE);
     ColumnRenames renames;
     if (column_renames_parse(c->rename_columns, "--rename-columns", &renames) != 0) return -1;
     const int loaded = dataset_load_with(&data, path,
@@ -255,10 +276,6 @@ static float code_score(Ppo *p, const PromptSet *set, const Sample *s) {
     return reward;
 }
 
-// Whether the rewards of a batch of responses come in one call (a reward model, local or
-// remote) rather than one response at a time (rule_score).
-static bool scores_in_batches(const Ppo *p) { return p->c.reward == REWARD_MODEL || p->c.reward == REWARD_REMOTE; }
-
 // The rewards of `count` responses of `set` from the reward server: each prompt's text,
 // the response decoded without its end token, and the prompt row's label. Returns 0, or
 // -1 with err_set() naming the server.
@@ -283,12 +300,13 @@ static int remote_scores(Ppo *p, const PromptSet *set, Sample *const *samples, i
     return rc;
 }
 
-// The reward of one response of `set` by a rule instead of a model: the lexicon, code
-// execution, or the user's command. Returns 0, or -1 with err_set() (the command failed).
-static int rule_score(Ppo *p, const PromptSet *set, const Sample *s, float *out) {
-    if (p->c.reward == REWARD_LEXICON) {
+// The reward of one response of `set` by a rule instead of a model: the lexicon (its gold,
+// set before), code execution, or the user's command. Returns 0, or -1 with err_set() (the
+// command failed).
+static int rule_score(Ppo *p, RewardKind kind, const PromptSet *set, const Sample *s, float *out) {
+    if (kind == REWARD_LEXICON) {
         *out = s->gold;
-    } else if (p->c.reward == REWARD_CODE) {
+    } else if (kind == REWARD_CODE) {
         *out = code_score(p, set, s);
     } else {
         int visible = s->response_length - (s->stop == STOP_TOKEN ? 1 : 0);
@@ -301,6 +319,30 @@ static int rule_score(Ppo *p, const PromptSet *set, const Sample *s, float *out)
         *out = (float)value;
     }
     return 0;
+}
+
+// The score of each of `count` responses of `set` (their gold set first): the weighted sum of
+// the reward sources' scores (PpoConfig.rewards), a reward model's and a server's a batch at a
+// time, the others one response at a time; with `parts`, source k's own scores in parts[k].
+// Returns 0, or -1 with err_set() (a reward command or server failed).
+static int score_samples(Ppo *p, const PromptSet *set, Sample *const *samples, int count, float *scores,
+                         float **parts) {
+    float *part = xmalloc(((size_t)count + 1) * sizeof(float));
+    for (int i = 0; i < count; i++) scores[i] = 0.0f;
+    int rc = 0;
+    for (int k = 0; k < p->c.reward_count && rc == 0; k++) {
+        const RewardKind kind = p->c.rewards[k];
+        if (kind == REWARD_MODEL) experience_scores(&p->reward, samples, count, p->c.micro_batch, part);
+        else if (kind == REWARD_REMOTE) rc = count > 0 ? remote_scores(p, set, samples, count, part) : 0;
+        else
+            for (int i = 0; i < count && rc == 0; i++) rc = rule_score(p, kind, set, samples[i], &part[i]);
+        for (int i = 0; i < count && rc == 0; i++) {
+            scores[i] += (float)(p->c.reward_weights[k] * part[i]);
+            if (parts) parts[k][i] = part[i];
+        }
+    }
+    free(part);
+    return rc;
 }
 
 // ---------------------------------------------------------------------------------------
@@ -411,8 +453,10 @@ typedef struct {
     // The samples and tokens that kl_sequence and entropy sum over: the experienced ones, or,
     // when the old log-probs come from the training forward, the trained ones.
     double kl_sequence, entropy, policy_samples, policy_tokens;
+    double reward_parts[REWARD_KINDS]; // scoring: each reward source's scores (PpoConfig.rewards' order)
 } RolloutStats; // doubles only: summed across ranks as an array
-_Static_assert(sizeof(RolloutStats) == 17 * sizeof(double), "RolloutStats is summed as an array of doubles");
+_Static_assert(sizeof(RolloutStats) == (17 + REWARD_KINDS) * sizeof(double),
+               "RolloutStats is summed as an array of doubles");
 
 // to += from, field by field.
 static void rollout_stats_add(RolloutStats *to, const RolloutStats *from) {
@@ -518,19 +562,16 @@ static int score_rollout(Ppo *p, const Rollout *r, RolloutStats *stats) {
     Sample **samples;
     const int count = all_local_samples(r, &samples);
     float *scores = xmalloc((count + 1) * sizeof(float));
-    bool failed = false;
-    if (p->c.reward == REWARD_MODEL) experience_scores(&p->reward, samples, count, p->c.micro_batch, scores);
+    float *parts[REWARD_KINDS];
+    for (int k = 0; k < p->c.reward_count; k++) parts[k] = xmalloc(((size_t)count + 1) * sizeof(float));
+    for (int i = 0; i < count; i++) samples[i]->gold = response_gold(p, samples[i]);
+    bool failed = score_samples(p, &p->prompts, samples, count, scores, parts) != 0;
     dist_weights_drain(&p->reward); // ZeRO-3: the ranks score different numbers of rows
-    if (p->c.reward == REWARD_REMOTE && count > 0) failed = remote_scores(p, &p->prompts, samples, count, scores) != 0;
-    for (int i = 0; i < count && !failed; i++) {
-        Sample *s = samples[i];
-        s->gold = response_gold(p, s);
-        if (!scores_in_batches(p)) failed = rule_score(p, &p->prompts, s, &scores[i]) != 0;
-        s->raw_score = scores[i];
-    }
+    for (int i = 0; i < count && !failed; i++) samples[i]->raw_score = scores[i];
     // Agreed before the next collective, so no rank waits for one that stopped.
     if (dist_any_failed(failed)) {
-        if (!failed) err_set("another rank's reward %s failed", p->c.reward == REWARD_REMOTE ? "server" : "command");
+        if (!failed) err_set("another rank's reward command or server failed");
+        for (int k = 0; k < p->c.reward_count; k++) free(parts[k]);
         free(scores), free(samples);
         return -1;
     }
@@ -567,9 +608,11 @@ static int score_rollout(Ppo *p, const Rollout *r, RolloutStats *stats) {
         if (!isnan(s->gold)) local.gold += s->gold, local.gold_count++;
         local.length += s->response_length;
         local.stopped += s->stop == STOP_TOKEN;
+        for (int k = 0; k < p->c.reward_count; k++) local.reward_parts[k] += parts[k][i];
     }
     dist_sum_doubles((double *)&local, sizeof local / sizeof(double));
     rollout_stats_add(stats, &local);
+    for (int k = 0; k < p->c.reward_count; k++) free(parts[k]);
     free(scores), free(samples);
     return 0;
 }
@@ -1017,9 +1060,8 @@ static int evaluate(Ppo *p, bool final) {
     Sample **pointers = xmalloc(count * sizeof(Sample *));
     for (long i = 0; i < count; i++) pointers[i] = &samples[i];
     float *scores = xmalloc(count * sizeof(float));
-    if (p->c.reward == REWARD_MODEL) experience_scores(&p->reward, pointers, (int)count, p->c.micro_batch, scores);
-    int rc = 0;
-    if (p->c.reward == REWARD_REMOTE) rc = remote_scores(p, set, pointers, (int)count, scores);
+    for (long i = 0; i < count; i++) samples[i].gold = response_gold(p, &samples[i]);
+    int rc = score_samples(p, set, pointers, (int)count, scores, NULL);
     double score = 0, gold = 0, gold_n = 0, length = 0;
     char name[64];
     snprintf(name, sizeof name, final ? "samples/final.jsonl" : "samples/eval-%06ld.jsonl", p->iteration);
@@ -1030,13 +1072,8 @@ static int evaluate(Ppo *p, bool final) {
     float *golds = xmalloc(count * sizeof(float));
     for (long i = 0; i < count && rc == 0; i++) {
         Sample *s = &samples[i];
-        s->gold = response_gold(p, s);
-        float value = scores[i];
-        if (!scores_in_batches(p) && rule_score(p, set, s, &value) != 0) {
-            rc = -1;
-            break;
-        }
-        scores[i] = value, golds[i] = s->gold;
+        const float value = scores[i];
+        golds[i] = s->gold;
         score += value, length += s->response_length;
         if (!isnan(s->gold)) gold += s->gold, gold_n++;
         if (out) {
@@ -1518,7 +1555,7 @@ static int setup(Ppo *p) {
     // The reward model, the critic and the reference read the actor's token ids: a model with
     // another tokenizer would score other text than the actor wrote (trl#2523), or read past
     // its embedding table.
-    if (c->reward == REWARD_MODEL && c->reward_path &&
+    if (ppo_uses_reward(c, REWARD_MODEL) && c->reward_path &&
         tokenizer_check_same_ids(p->tokenizer, c->reward_path, "--reward-model",
                                  "PPO hands the reward model the actor's token ids; train it from the actor's SFT "
                                  "model, or serve it (marlhf serve --reward-model) and score over --reward remote, "
@@ -1547,11 +1584,11 @@ static int setup(Ppo *p) {
         return err_set("%s holds %s but %s does not: both are tokenized alike (--eval-prompts)", c->eval_prompts_path,
                        p->eval_prompts.conversational ? "lists of messages" : "text prompts", c->prompts_path);
     if (c->lexicon_path && lexicon_load(&p->lexicon, c->lexicon_path) != 0) return -1;
-    if (c->reward == REWARD_LEXICON && !p->lexicon) return err_set("--reward lexicon needs --gold-lexicon FILE");
-    if (c->reward == REWARD_COMMAND &&
+    if (ppo_uses_reward(c, REWARD_LEXICON) && !p->lexicon) return err_set("--reward lexicon needs --gold-lexicon FILE");
+    if (ppo_uses_reward(c, REWARD_COMMAND) &&
         command_reward_start(&p->reward_command, c->reward_command, c->reward_timeout_seconds) != 0)
         return -1;
-    if (c->reward == REWARD_REMOTE) {
+    if (ppo_uses_reward(c, REWARD_REMOTE)) {
         if (!c->reward_url) return err_set("--reward remote needs --reward-url URL");
         if (remote_reward_open(&p->reward_remote, c->reward_url, c->reward_timeout_seconds, c->reward_retries) != 0) return -1;
     }
@@ -1630,11 +1667,12 @@ static int setup(Ppo *p) {
     if (!p->reference_is_actor_base) p->reference.dequantized_matmuls = true;
     const char *critic_path = c->critic_path ? c->critic_path : c->reward_path;
     p->has_critic = c->estimator == ESTIMATOR_GAE;
-    if (c->reward == REWARD_MODEL) {
+    if (ppo_uses_reward(c, REWARD_MODEL)) {
         if (!c->reward_path) return err_set("missing --reward-model (or choose --reward lexicon|code)");
         if (load_frozen_model(p, &p->reward, c->reward_path, ops, false, true, c->reward_quantize, NULL, 0) != 0) return -1;
         p->has_reward_model = true;
-        if (load_reward_range(p) != 0) return -1;
+        // The reward-range alarm holds the score to the reward model's own: not a sum of sources.
+        if (c->reward_count == 1 && load_reward_range(p) != 0) return -1;
     }
     // The critic starts from the reward model (DeepSpeed-Chat, OpenRLHF); without one, from
     // the actor with a fresh value head.
@@ -1961,15 +1999,28 @@ int ppo_run(const PpoConfig *config) {
                            p->c.loss.rollout_correction != ROLLOUT_CORRECTION_NONE ? ts.actor.rollout_weight_sum / actor_tokens : NAN,
                            p->c.loss.off_policy_mask ? ts.actor.off_policy_masked / actor_tokens : NAN,
                            device_mib / 1024.0};
-        const int metric_count = (int)(sizeof values / sizeof values[0]) - (device_mib < 0 ? 1 : 0);
+        // The line: the figures above but the last (the device memory, on a GPU only), each reward
+        // source's mean score (before its weight) where there are several, then the device memory.
+        enum { FIGURES = sizeof values / sizeof values[0] };
+        static const char *const reward_part_names[REWARD_KINDS] = {"reward_model", "reward_lexicon", "reward_code",
+                                                                    "reward_command", "reward_remote"};
+        const char *line_names[FIGURES + REWARD_KINDS];
+        double line_values[FIGURES + REWARD_KINDS];
+        int metric_count = 0;
+        for (int k = 0; k < FIGURES - 1; k++) line_names[metric_count] = names[k], line_values[metric_count++] = values[k];
+        for (int k = 0; k < p->c.reward_count && p->c.reward_count > 1; k++)
+            line_names[metric_count] = reward_part_names[p->c.rewards[k]],
+            line_values[metric_count++] = rs.reward_parts[k] / scored;
+        if (device_mib >= 0)
+            line_names[metric_count] = names[FIGURES - 1], line_values[metric_count++] = values[FIGURES - 1];
         // A frozen actor (--critic-warmup-iterations) took no step: its training figures are null.
         static const char *const actor_training_metrics[] = {"policy_loss", "clip_fraction", "approx_kl", "ratio",
                                                              "actor_lr", "actor_grad_norm", "rollout_weight",
                                                              "off_policy_masked"};
         for (int k = 0; k < metric_count && p->actor_frozen; k++)
             for (size_t a = 0; a < sizeof actor_training_metrics / sizeof actor_training_metrics[0]; a++)
-                if (!strcmp(names[k], actor_training_metrics[a])) values[k] = NAN;
-        bool failed = metrics_log(&p->metrics, "train", p->iteration, names, values, metric_count) != 0;
+                if (!strcmp(line_names[k], actor_training_metrics[a])) line_values[k] = NAN;
+        bool failed = metrics_log(&p->metrics, "train", p->iteration, line_names, line_values, metric_count) != 0;
     end_iteration:
         for (int round = 0; round < rounds; round++) {
             for (long k = 0; k < local_rows; k++) sample_free(&round_samples[round][k]);

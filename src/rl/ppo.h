@@ -34,7 +34,10 @@
 #include "rl/macro.h"
 #include "rl/ppo_loss.h"
 
-typedef enum { REWARD_MODEL, REWARD_LEXICON, REWARD_CODE, REWARD_COMMAND, REWARD_REMOTE } RewardKind;
+typedef enum { REWARD_MODEL, REWARD_LEXICON, REWARD_CODE, REWARD_COMMAND, REWARD_REMOTE, REWARD_KINDS } RewardKind;
+// "model" | "lexicon" | "code" | "command" | "remote"; -1 otherwise.
+int reward_kind_from_name(const char *name, RewardKind *out);
+const char *reward_kind_name(RewardKind kind);
 // How the policy loss's token terms are averaged over a minibatch of S responses:
 //   seq-mean-token-mean      each response's token mean, then the mean over responses (released)
 //   token-mean               the mean over all the minibatch's tokens (DAPO)
@@ -80,7 +83,12 @@ typedef struct {
     const char *lexicon_path;   // gold score (and REWARD_LEXICON)
     const char *run_dir;
     const char *device;
-    RewardKind reward;
+    // The reward's sources in --reward's order, each scoring every response, and their weights:
+    // the score is the weighted sum (TRL's reward_funcs with reward_weights, summed before the
+    // group's normalisation). Each kind at most once; one source of weight 1 by default.
+    RewardKind rewards[REWARD_KINDS];
+    double reward_weights[REWARD_KINDS];
+    int reward_count;
     const char *reward_command;     // REWARD_COMMAND: the user's program (rl/command_reward.h)
     double reward_timeout_seconds;  // its time limit for one answer (REWARD_REMOTE: one request)
     const char *reward_url;         // REWARD_REMOTE: the server's /get_reward (rl/remote_reward.h)
@@ -198,6 +206,8 @@ typedef struct {
 #define PPO_MAX_GENERATION_ROUNDS 1024
 
 PpoConfig ppo_default_config(void);
+// Whether `kind` is one of the config's reward sources.
+bool ppo_uses_reward(const PpoConfig *config, RewardKind kind);
 // What ppo_run returns when --stop-on-alarm stopped the run: it is not an error (nothing is
 // wrong with the input; what was saved is intact) but the run did not finish, so `marlhf
 // ppo` exits with this status and a pipeline stops at the stage.

@@ -799,6 +799,40 @@ expect_error command_reward_missing "--reward-command" "$bin" ppo "${common[@]}"
 expect_error command_reward_unused "--reward-command" "$bin" ppo "${common[@]}" --output "$tmp/x" --reward-command cat
 expect_error command_reward_bad_timeout "--reward-timeout" "$bin" ppo "${common[@]}" "${command_args[@]}" --output "$tmp/x" \
     --reward-timeout 0
+# Several reward sources (TRL's reward_funcs and reward_weights): the reward model and the
+# command above, 1 and 0.5. The first rollout is each one-source run's (the same seed and
+# weights): its per-source means are their raw scores to the bit, and its raw score their
+# weighted sum; the training is another.
+mixed=(--prompts "$tmp/target_prompts.jsonl" --advantage-estimator grpo --samples-per-prompt 4 --termination-condition token
+       --max-iterations 2)
+"$bin" ppo "${common[@]}" "${mixed[@]}" --reward model --output "$tmp/mixed_model" 2> "$tmp/mixed_model.err"
+"$bin" ppo "${common[@]}" "${mixed[@]}" --reward command --reward-command "python3 $tmp/reward.py /dev/null" \
+    --output "$tmp/mixed_command" 2> "$tmp/mixed_command.err"
+"$bin" ppo "${common[@]}" "${mixed[@]}" --reward model,command --reward-weights 1,0.5 \
+    --reward-command "python3 $tmp/reward.py /dev/null" --output "$tmp/mixed" 2> "$tmp/mixed.err"
+python3 - "$tmp" << 'PYEOF2' &&
+import json, sys
+def rows(name):
+    return [r for r in map(json.loads, open(f"{sys.argv[1]}/{name}/metrics.jsonl")) if "train/score" in r]
+model, command, mixed = rows("mixed_model"), rows("mixed_command"), rows("mixed")
+m = mixed[0]
+print(f"raw score {m['train/raw_score']} = {m['train/reward_model']} + 0.5 x {m['train/reward_command']}; "
+      f"one-source runs {model[0]['train/raw_score']}, {command[0]['train/raw_score']}", file=sys.stderr)
+ok = m["train/reward_model"] == model[0]["train/raw_score"] and m["train/reward_command"] == command[0]["train/raw_score"]
+ok &= abs(m["train/raw_score"] - (m["train/reward_model"] + 0.5 * m["train/reward_command"])) < 1e-6
+ok &= m["train/reward_command"] > 0 and "train/reward_model" not in model[0]
+sys.exit(0 if ok else 1)
+PYEOF2
+    ! cmp -s "$tmp/mixed/final/actor/model.safetensors" "$tmp/mixed_model/final/actor/model.safetensors" &&
+    pass ppo_reward_sources_weighted || fail ppo_reward_sources_weighted "$(tail -n 2 "$tmp/mixed.err")"
+expect_error ppo_reward_sources_twice "--reward names model twice" "$bin" ppo "${common[@]}" --reward model,model \
+    --output "$tmp/x"
+expect_error ppo_reward_sources_unknown "--reward must be model, lexicon" "$bin" ppo "${common[@]}" --reward model,rm \
+    --output "$tmp/x"
+expect_error ppo_reward_weights_count "--reward-weights must be 2 numbers" "$bin" ppo "${common[@]}" \
+    --reward model,lexicon --gold-lexicon data/austen/lexicon.tsv --reward-weights 1 --output "$tmp/x"
+expect_error ppo_reward_weights_garbage "--reward-weights must be 1 number" "$bin" ppo "${common[@]}" \
+    --reward-weights x --output "$tmp/x"
 # Macro actions still shape the ratio (--ratio macro) without a critic; MA-GRPO runs.
 run grpo_macro --advantage-estimator grpo --samples-per-prompt 2 --termination-condition fixed --ngram 3 --ratio macro
 [ -f "$tmp/grpo_macro/final/actor/model.safetensors" ] && pass grpo_macro_ratio || fail grpo_macro_ratio "$(tail -n 3 "$tmp/grpo_macro.err")"
