@@ -620,6 +620,7 @@ static void test_sampler_distribution(void) {
         {.temperature = 0.7f, .top_k = 3},
         {.temperature = 1.3f, .top_p = 0.8f},
         {.temperature = 1.0f, .top_k = 5, .top_p = 0.9f},
+        {.temperature = 0.9f, .min_p = 0.3f},
     };
     SamplerScratch scratch;
     sampler_scratch_init(&scratch, V);
@@ -657,6 +658,70 @@ static void test_sampler_distribution(void) {
     SamplerConfig top2 = {.temperature = 1.0f, .top_k = 2};
     sampler_distribution(logits, V, &top2, probs, &scratch);
     EXPECT(probs[0] > 0 && probs[1] > 0 && probs[4] > 0 && probs[2] == 0, "top-k keeps ties");
+    sampler_scratch_free(&scratch);
+}
+
+// The penalties and min-p against transformers' logits processors (RepetitionPenalty, then
+// OpenAI's presence / frequency penalties as vLLM applies them, Temperature, TopK, TopP, MinP;
+// tools/make_sampler_fixtures.py): the same distribution; and a row that repeats nothing,
+// or penalties of 1 and 0, left as it was.
+static void test_sampler_penalties_against_transformers(void) {
+    json_error_t error;
+    json_t *cases = json_load_file("tests/fixtures/sampler/logits_processors.json", 0, &error);
+    CHECK(cases, "logits_processors.json: %s", error.text);
+    size_t index;
+    json_t *c;
+    SamplerScratch scratch;
+    sampler_scratch_init(&scratch, 64);
+    int filtering_cases = 0; // where top-k, top-p or min-p keep some tokens but not all
+    json_array_foreach(cases, index, c) {
+        float logits[64], probs[64];
+        int prompt[16], generated[16];
+        json_t *array = json_object_get(c, "logits");
+        const int V = (int)json_array_size(array);
+        for (int v = 0; v < V; v++) logits[v] = (float)json_number_value(json_array_get(array, v));
+        array = json_object_get(c, "prompt");
+        const int prompt_length = (int)json_array_size(array);
+        for (int i = 0; i < prompt_length; i++) prompt[i] = (int)json_integer_value(json_array_get(array, i));
+        array = json_object_get(c, "generated");
+        const int generated_length = (int)json_array_size(array);
+        for (int i = 0; i < generated_length; i++) generated[i] = (int)json_integer_value(json_array_get(array, i));
+        SamplerConfig config = {
+            .temperature = (float)json_number_value(json_object_get(c, "temperature")),
+            .top_k = (int)json_integer_value(json_object_get(c, "top_k")),
+            .top_p = (float)json_number_value(json_object_get(c, "top_p")),
+            .min_p = (float)json_number_value(json_object_get(c, "min_p")),
+            .repetition_penalty = (float)json_number_value(json_object_get(c, "repetition_penalty")),
+            .presence_penalty = (float)json_number_value(json_object_get(c, "presence_penalty")),
+            .frequency_penalty = (float)json_number_value(json_object_get(c, "frequency_penalty")),
+        };
+        sampler_penalize(&config, logits, V, prompt, prompt_length, generated, generated_length, &scratch);
+        sampler_distribution(logits, V, &config, probs, &scratch);
+        int kept = 0;
+        for (int v = 0; v < V; v++) {
+            const double want = json_number_value(json_array_get(json_object_get(c, "probs"), v));
+            EXPECT_CLOSE(probs[v], want, 2e-6, 1e-5, "probability against transformers");
+            EXPECT((probs[v] == 0) == (want == 0), "case %zu token %d kept by one and not the other", index, v);
+            kept += want > 0;
+        }
+        filtering_cases += kept > 1 && kept < V;
+        for (int v = 0; v < 64; v++) EXPECT(scratch.seen[v] == 0, "case %zu left token %d marked", index, v);
+    }
+    EXPECT(filtering_cases >= 2, "%d cases keep some tokens but not all", filtering_cases);
+    json_decref(cases);
+    // Off: a repetition penalty of 0 or 1 and no presence or frequency penalty change nothing.
+    float logits[4] = {1.5f, -0.5f, 0.25f, 2.0f}, same[4];
+    memcpy(same, logits, sizeof same);
+    const int seen[3] = {0, 1, 1};
+    SamplerConfig off = {.temperature = 1.0f, .repetition_penalty = 1.0f};
+    EXPECT(!sampler_penalizes(&off) && !sampler_penalizes(&(SamplerConfig){.temperature = 1.0f}), "penalties off");
+    sampler_penalize(&off, logits, 4, seen, 3, seen, 3, &scratch);
+    EXPECT(!memcmp(logits, same, sizeof same), "no penalty, no change");
+    // A masked token stays masked.
+    float masked[4] = {-INFINITY, 1.0f, 0.5f, 0.0f};
+    SamplerConfig all = {.temperature = 1.0f, .repetition_penalty = 1.5f, .presence_penalty = 1.0f, .frequency_penalty = 1.0f};
+    sampler_penalize(&all, masked, 4, seen, 3, seen, 3, &scratch);
+    EXPECT(masked[0] == -INFINITY && masked[2] == 0.5f, "masked token stays masked, unseen token unchanged");
     sampler_scratch_free(&scratch);
 }
 
@@ -881,6 +946,7 @@ int main(void) {
     RUN(test_stop_tokens_and_lengths);
     RUN(test_min_new_tokens);
     RUN(test_sampler_distribution);
+    RUN(test_sampler_penalties_against_transformers);
     RUN(test_top_p_matches_comparison_sort);
     RUN(test_top_p_from_candidates);
     RUN(test_smollm2_greedy_matches_transformers);

@@ -318,7 +318,10 @@ static void test_generation_validates(void) {
     uint64_t row_ids[ROWS];
     for (int b = 0; b < ROWS; b++) prompts[b] = prompt, lengths[b] = length, row_ids[b] = (uint64_t)b << 40;
     // Row 0 greedy; the others sample (temperature 0.7; 1 with top-k 40 and top-p 0.95; 1).
-    SamplerConfig samplers[ROWS] = {{0, 0, 0}, {0.7f, 0, 0}, {1.0f, 40, 0.95f}, {1.0f, 0, 0}};
+    SamplerConfig samplers[ROWS] = {{.temperature = 0},
+                                    {.temperature = 0.7f},
+                                    {.temperature = 1.0f, .top_k = 40, .top_p = 0.95f},
+                                    {.temperature = 1.0f}};
     // The sanitizer build decodes the first two rows (one greedy, one sampling), each the
     // tokens it gets in the batch of four (a row's sampling is its own, by row id).
     const int rows = TEST_SANITIZED ? 2 : ROWS;
@@ -414,7 +417,7 @@ static void test_pick_greedy_cases(void) {
     token_mask_scratch_init(&mask, trie);
     SamplerScratch sampler_scratch;
     sampler_scratch_init(&sampler_scratch, V);
-    const SamplerConfig greedy = {0, 0, 0}, sampling = {0.7f, 0, 0};
+    const SamplerConfig greedy = {.temperature = 0}, sampling = {.temperature = 0.7f};
     struct {
         const ConstraintState *state;
         int high[2]; // tokens given the highest logit (-1: none)
@@ -493,7 +496,7 @@ static void test_greedy_short_cut_is_the_masked_argmax(void) {
     const int *prompts[ROWS] = {prompt, prompt, prompt};
     int lengths[ROWS] = {length, length, length};
     // Rows 0 and 2 greedy, row 1 sampling.
-    SamplerConfig samplers[ROWS] = {{0, 0, 0}, {0.9f, 40, 0.95f}, {0, 0, 0}};
+    SamplerConfig samplers[ROWS] = {{.temperature = 0}, {.temperature = 0.9f, .top_k = 40, .top_p = 0.95f}, {.temperature = 0}};
     for (int c = 0; c < 3; c++) {
         for (int min_new = TEST_SANITIZED ? MIN_NEW : 0; min_new <= MIN_NEW && constraints[c]; min_new += MIN_NEW) {
             GeneratedRow short_cut[ROWS], masked[ROWS];

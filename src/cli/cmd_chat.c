@@ -17,6 +17,7 @@
 #include "cli/commands.h"
 #include "cli/constraint_options.h"
 #include "cli/options.h"
+#include "cli/sampler_options.h"
 #include "model/quantize.h"
 #include "gen/text_model.h"
 #include "core/check.h"
@@ -59,6 +60,7 @@ int cmd_chat(int argc, char **argv) {
          *grammar_file = NULL;
     bool no_thinking = false, json_object = false;
     bool batch_invariant = false;
+    SamplerExtrasCli extras = SAMPLER_EXTRAS_CLI_DEFAULTS;
     Option options[] = {
         {"model", NULL, OPT_STRING, &model_path, "Hugging Face folder or .gguf file", true, false},
         {"system", NULL, OPT_STRING, &system, "system message", false, false},
@@ -66,6 +68,7 @@ int cmd_chat(int argc, char **argv) {
         {"temperature", NULL, OPT_FLOAT, &temperature, "sampling temperature (0 = greedy)", false, false},
         {"top-k", "top_k", OPT_INT, &top_k, "keep the k most likely tokens (0 = all)", false, false},
         {"top-p", "top_p", OPT_FLOAT, &top_p, "nucleus sampling mass (1 = off)", false, false},
+        SAMPLER_EXTRAS_OPTIONS(&extras),
         {"seed", NULL, OPT_INT, &seed, "random seed", false, false},
         {"chat-template", "chat_template", OPT_STRING, &chat_template, "chat template name or file (default: the model's own)", false, false},
         {"no-thinking", NULL, OPT_BOOL, &no_thinking, "render chat prompts with enable_thinking=False (Qwen3: the answer starts after an empty think block)", false, false},
@@ -88,6 +91,7 @@ int cmd_chat(int argc, char **argv) {
     OptionSet set = {"chat", "Chat with a model interactively; replies stream as they are generated.",
                      "marlhf chat --model PATH [--system TEXT]", options, sizeof options / sizeof options[0], NULL, 0, 0};
     options_parse(&set, argc, argv);
+    sampler_extras_apply(&extras, &(SamplerConfig){0}); // checked now, set below
     cli_set_batch_invariant(&set, device);
     if (max_new_tokens < 1) die_user("--max-new-tokens must be positive, got %ld", max_new_tokens);
     if (prompt_cache != 0 && prompt_cache != 1) die_user("--prompt-cache must be 0 or 1, got %ld", prompt_cache);
@@ -172,6 +176,7 @@ int cmd_chat(int argc, char **argv) {
             .owner = &chat_turn,
             .constraint = constraint,
         };
+        sampler_extras_apply(&extras, &sequence.sampler);
         SequenceRequest request = {ids, length, &sequence, 1, 0};
         continuous_batch_add(batch, &request, 1);
         while (!chat_turn.finished) continuous_batch_step(batch);

@@ -21,6 +21,7 @@
 #include "cli/commands.h"
 #include "cli/constraint_options.h"
 #include "cli/options.h"
+#include "cli/sampler_options.h"
 #include "cli/output_file.h"
 #include "model/quantize.h"
 #include "gen/text_model.h"
@@ -169,6 +170,7 @@ int cmd_generate(int argc, char **argv) {
     bool chat = false, greedy = false, no_thinking = false;
     char *lora_adapter = NULL;
     bool batch_invariant = false;
+    SamplerExtrasCli extras = SAMPLER_EXTRAS_CLI_DEFAULTS;
     Option options[] = {
         {"model", NULL, OPT_STRING, &model_path, "Hugging Face folder or .gguf file", true, false},
         {"input", NULL, OPT_STRING, &input, "JSONL of {\"prompt\"}, {\"messages\"} or {\"ids\"} rows; else prompts are the arguments", false, false},
@@ -178,6 +180,7 @@ int cmd_generate(int argc, char **argv) {
         {"temperature", NULL, OPT_FLOAT, &temperature, "sampling temperature (0 = greedy)", false, false},
         {"top-k", "top_k", OPT_INT, &top_k, "keep the k most likely tokens (0 = all)", false, false},
         {"top-p", "top_p", OPT_FLOAT, &top_p, "nucleus sampling mass (1 = off)", false, false},
+        SAMPLER_EXTRAS_OPTIONS(&extras),
         {"greedy", NULL, OPT_BOOL, &greedy, "greedy decoding (same as --temperature 0)", false, false},
         {"seed", NULL, OPT_INT, &seed, "random seed (a row's output depends only on it, its prompt and its index)", false, false},
         {"stop", NULL, OPT_STRING, &stop_string, "stop a row when its text contains this string", false, false},
@@ -208,6 +211,7 @@ int cmd_generate(int argc, char **argv) {
                      "marlhf generate --model PATH [--chat] [PROMPT ...] | --input FILE.jsonl", options,
                      sizeof options / sizeof options[0], positional, 64, 0};
     options_parse(&set, argc, argv);
+    sampler_extras_apply(&extras, &(SamplerConfig){0}); // checked now, set below
     cli_set_batch_invariant(&set, device);
     if (!input && set.num_positional == 0) die_user("give prompts as arguments or --input FILE.jsonl (marlhf generate --help)");
     if (input && set.num_positional > 0) die_user("give prompts either as arguments or with --input, not both");
@@ -276,6 +280,7 @@ int cmd_generate(int argc, char **argv) {
         .constraint = constraint,
         .token_trie = constraint ? token_trie_new(tm.tokenizer, tm.model.config.vocab_size) : NULL,
     };
+    sampler_extras_apply(&extras, &gen.sampler);
     // Output row v answers prompt v / N (N = --num-return-sequences): its sample v % N.
     const int N = (int)sequences, prompt_count = count;
     count = prompt_count * N;

@@ -27,6 +27,7 @@
 #include "cli/batch_invariant.h"
 #include "cli/commands.h"
 #include "cli/options.h"
+#include "cli/sampler_options.h"
 #include "model/quantize.h"
 #include "gen/text_model.h"
 #include "core/check.h"
@@ -146,6 +147,7 @@ int cmd_infer(int argc, char **argv) {
     bool ref_scores = false, no_shuffle = false, overwrite = false, quiet = false;
     char *lora_adapter = NULL, *chat_template = NULL, *rename_columns = NULL;
     bool batch_invariant = false;
+    SamplerExtrasCli extras = SAMPLER_EXTRAS_CLI_DEFAULTS;
     Option options[] = {
         {"model", "model_name_or_path", OPT_STRING, &model_path, "the policy (folder or .gguf); not needed with --ref-scores", false, false},
         {"reward-model", "reward_model", OPT_STRING, &reward_path, "the reward model scoring prompt + response", true, false},
@@ -161,6 +163,7 @@ int cmd_infer(int argc, char **argv) {
         {"temperature", NULL, OPT_FLOAT, &temperature, "sampling temperature (0: greedy)", false, false},
         {"top-k", "top_k", OPT_INT, &top_k, "top-k (0: off)", false, false},
         {"top-p", "top_p", OPT_FLOAT, &top_p, "top-p (1: off)", false, false},
+        SAMPLER_EXTRAS_OPTIONS(&extras),
         {"max-new-tokens", "max_new_tokens", OPT_INT, &max_new, "response length limit", false, false},
         {"min-new-tokens", "min_new_tokens", OPT_INT, &min_new,
          "no stop token before this many new tokens (Hugging Face's min_new_tokens; PPO's --min-new-tokens)", false, false},
@@ -189,6 +192,7 @@ int cmd_infer(int argc, char **argv) {
                      "marlhf infer --model POLICY --reward-model RM --data FILE.jsonl [options]", options,
                      sizeof options / sizeof options[0], NULL, 0, 0};
     options_parse(&set, argc, argv);
+    sampler_extras_apply(&extras, &(SamplerConfig){0}); // checked now, set below
     cli_set_batch_invariant(&set, device);
     quantize = quantize_default(quantize, model_path);
     if (quantize_type_check(quantize, "--quantize") != 0) die_from_err();
@@ -324,6 +328,7 @@ int cmd_infer(int argc, char **argv) {
             .num_stop_tokens = policy.num_stop_tokens,
             .pad_token = tokenizer_pad_id(tokenizer) >= 0 ? tokenizer_pad_id(tokenizer) : 0,
         };
+        sampler_extras_apply(&extras, &gen.sampler);
         for (long first = rank * batch; first < n; first += world * batch) {
             const int count_here = (int)(first + batch <= n ? batch : n - first), rows = count_here * (int)N;
             GeneratedRow *out = xcalloc(rows, sizeof(GeneratedRow));

@@ -8,6 +8,7 @@
 #include "cli/commands.h"
 #include "cli/train_options.h"
 #include "cli/options.h"
+#include "cli/sampler_options.h"
 #include "model/bnb_checkpoint.h"
 #include "model/quantize.h"
 #include "core/check.h"
@@ -98,6 +99,7 @@ int cmd_ppo(int argc, char **argv) {
     char *rollout_correction = "none";
     bool kl_loss_bias_correction = false;
     long critic_warmup_iterations = 0;
+    SamplerExtrasCli extras = SAMPLER_EXTRAS_CLI_DEFAULTS;
     Option options[176] = {
         {"actor-model", "actor_model_name_or_path model", OPT_STRING, &actor, "the SFT model (actor and, by default, reference)", true, false},
         {"reward-model", "reward_model critic_model_name_or_path_for_reward", OPT_STRING, &reward_model, "the reward model (frozen)", false, false},
@@ -152,6 +154,7 @@ int cmd_ppo(int argc, char **argv) {
         {"temperature", NULL, OPT_FLOAT, &temperature, "rollout sampling temperature", false, false},
         {"top-k", "top_k", OPT_INT, &top_k, "rollout top-k (0: off)", false, false},
         {"top-p", "top_p", OPT_FLOAT, &top_p, "rollout top-p (1: off)", false, false},
+        SAMPLER_EXTRAS_OPTIONS(&extras),
         {"rollout-batch-size", "rollout_batch_size generation_batch_numbers", OPT_INT, &rollout_batch, "prompts per iteration", false, false},
         {"generation-batch-size", "per_device_generation_batch_size", OPT_INT, &generation_batch, "rows generated together", false, false},
         {"micro-batch-size", "per_device_training_batch_size", OPT_INT, &micro_batch, "rows per training forward/backward", false, false},
@@ -350,6 +353,7 @@ int cmd_ppo(int argc, char **argv) {
                      "marlhf ppo --actor-model SFT --reward-model RM --prompts FILE --output RUN_DIR [options]", options,
                      count, NULL, 0, 0};
     options_parse(&set, argc, argv);
+    sampler_extras_apply(&extras, &(SamplerConfig){0}); // checked now, set below
     cli_set_batch_invariant(&set, device);
 
     if (reference_quantize && quantize_type_check(reference_quantize, "--reference-quantize") != 0) die_from_err();
@@ -516,7 +520,8 @@ int cmd_ppo(int argc, char **argv) {
     c.ppo_epochs = (int)ppo_epochs, c.epochs = epochs, c.max_iterations = max_iterations;
     c.min_response_tokens = (int)min_response;
     c.min_new_tokens = (int)min_new;
-    c.sampler = (SamplerConfig){(float)temperature, (int)top_k, (float)top_p};
+    c.sampler = (SamplerConfig){.temperature = (float)temperature, .top_k = (int)top_k, .top_p = (float)top_p};
+    sampler_extras_apply(&extras, &c.sampler);
     c.actor_lr = actor_lr, c.critic_lr = critic_lr, c.weight_decay = weight_decay, c.warmup_ratio = warmup_ratio;
     c.clip_norm = clip_norm;
     c.advantage.kl_coef = (float)kl_coef, c.advantage.reward_clip = (float)reward_clip;

@@ -270,7 +270,10 @@ static void start_sequence(ContinuousBatch *batch, int at, const SequenceOptions
         token_mask_scratch_init(&sequence->mask, batch->options.token_trie);
         sequence->masked = xmalloc((size_t)V * sizeof(float));
     }
-    if (batch->options.prompt_cache_rows > 0) {
+    // Penalties read the prompt and the answer so far, on a copy of the logits.
+    const bool penalized = sampler_penalizes(&sequence->options.sampler);
+    if (penalized && !sequence->masked) sequence->masked = xmalloc((size_t)V * sizeof(float));
+    if (batch->options.prompt_cache_rows > 0 || penalized) {
         sequence->prompt_length = prompt_length;
         sequence->prompt = xmalloc((size_t)prompt_length * sizeof(int));
         memcpy(sequence->prompt, prompt, (size_t)prompt_length * sizeof(int));
@@ -562,7 +565,7 @@ static bool picks_on_backend(ContinuousBatch *batch, int rows) {
         Sequence *sequence = &batch->sequences[r];
         const SamplerConfig *sampler = &sequence->options.sampler;
         const bool greedy = sampler->temperature <= 0.0f;
-        if (sequence->json || sequence->options.top_logprobs > 0) return false;
+        if (sequence->json || sequence->options.top_logprobs > 0 || sampler_penalizes(sampler)) return false;
         const bool nucleus = on_backend && sampler_keeps_top_p_only(sampler, V);
         if (nucleus && sequence->nucleus_k == 0) sequence->nucleus_k = generate_nucleus_candidates(0, V);
         if (nucleus && sequence->nucleus_k < 0) return false; // (too wide a nucleus: the host samples)
@@ -657,7 +660,9 @@ static void decode_step(ContinuousBatch *batch) {
             batch->next[r] = picked.token;
             continue;
         }
-        if (sequence->json &&
+        const SamplerConfig *sampler = &sequence->options.sampler;
+        const bool penalized = sampler_penalizes(sampler);
+        if (sequence->json && !penalized &&
             token_mask_pick_greedy(options->token_trie, constraint, sequence->json, options->stop_tokens,
                                    options->num_stop_tokens, true, logits, V, &sequence->options.sampler,
                                    &sequence->mask, &picked)) {
@@ -666,6 +671,9 @@ static void decode_step(ContinuousBatch *batch) {
         } else if (sequence->json) {
             const int allowed = token_mask_apply(options->token_trie, constraint, sequence->json, options->stop_tokens,
                                                  options->num_stop_tokens, logits, sequence->masked, V, &sequence->mask);
+            if (penalized)
+                sampler_penalize(sampler, sequence->masked, V, sequence->prompt, sequence->prompt_length,
+                                 sequence->out.tokens, sequence->out.length, &sequence->scratch);
             if (allowed > 0) {
                 picked = sampler_pick(sequence->masked, V, &sequence->options.sampler, u, &sequence->scratch);
             } else { // nothing fits (a compiled constraint never gets here): the row ends
@@ -674,6 +682,12 @@ static void decode_step(ContinuousBatch *batch) {
             }
             picked.logprob = sampler_logprob(logits, V, picked.token); // the model's own
             token_mask_advance(options->token_trie, constraint, sequence->json, picked.token);
+        } else if (penalized) {
+            memcpy(sequence->masked, logits, (size_t)V * sizeof(float));
+            sampler_penalize(sampler, sequence->masked, V, sequence->prompt, sequence->prompt_length,
+                             sequence->out.tokens, sequence->out.length, &sequence->scratch);
+            picked = sampler_pick(sequence->masked, V, sampler, u, &sequence->scratch);
+            picked.logprob = sampler_logprob(logits, V, picked.token); // the model's own
         } else {
             picked = sampler_pick(logits, V, &sequence->options.sampler, u, &sequence->scratch);
         }

@@ -177,7 +177,14 @@ void generate(Model *model, const int *const *prompts, const int *prompt_lengths
     if (chunk_rows < 1) model_reserve_cached(model, B, T0);
     float *logits = xmalloc((size_t)B * V * sizeof(float));
     int *next = xmalloc((size_t)B * sizeof(int));
-    float *masked_logits = options->min_new_tokens > 0 || options->constraint ? xmalloc((size_t)B * V * sizeof(float)) : NULL;
+    // Penalties on the tokens seen read each row's logits on the host (sampler_penalize).
+    bool any_penalized = false;
+    for (int b = 0; b < B; b++)
+        any_penalized = any_penalized ||
+                        sampler_penalizes(options->row_samplers ? &options->row_samplers[b] : &options->sampler);
+    float *masked_logits = options->min_new_tokens > 0 || options->constraint || any_penalized
+                               ? xmalloc((size_t)B * V * sizeof(float))
+                               : NULL;
     ConstraintState *json = NULL;
     TokenMaskScratch *mask = NULL;
     if (options->constraint) {
@@ -202,7 +209,7 @@ void generate(Model *model, const int *const *prompts, const int *prompt_lengths
     // nucleus_k); and rows that sample the
     // whole vocabulary take their draw from model_last_sampled, greedy ones beside them
     // their model_last_greedy token. Elsewhere the host samples the copied row.
-    const bool host_reads_logits = options->constraint || top_count > 0;
+    const bool host_reads_logits = options->constraint || top_count > 0 || any_penalized;
     const bool on_backend = model->ops->samples_whole_rows;
     bool all_greedy = !host_reads_logits, by_candidates = !host_reads_logits;
     bool whole_rows = !host_reads_logits && on_backend;
@@ -354,7 +361,8 @@ void generate(Model *model, const int *const *prompts, const int *prompt_lengths
                 next[b] = picked.token;
                 continue;
             }
-            if (options->constraint &&
+            const bool penalized = sampler_penalizes(sampler);
+            if (options->constraint && !penalized &&
                 !options->mask_every_token &&
                 token_mask_pick_greedy(options->token_trie, options->constraint, &json[b], options->stop_tokens,
                                        options->num_stop_tokens, step >= options->min_new_tokens, row_logits, V,
@@ -369,6 +377,9 @@ void generate(Model *model, const int *const *prompts, const int *prompt_lengths
                     for (int i = 0; i < options->num_stop_tokens; i++)
                         if (options->stop_tokens[i] >= 0 && options->stop_tokens[i] < V && masked[options->stop_tokens[i]] > -INFINITY)
                             masked[options->stop_tokens[i]] = -INFINITY, allowed--;
+                if (penalized)
+                    sampler_penalize(sampler, masked, V, prompts[b], prompt_lengths[b], out[b].tokens, out[b].length,
+                                     &scratch[b]);
                 if (allowed > 0) {
                     picked = sampler_pick(masked, V, sampler, u, &scratch[b]);
                 } else { // nothing fits (a compiled constraint never gets here): the row ends
@@ -377,11 +388,14 @@ void generate(Model *model, const int *const *prompts, const int *prompt_lengths
                 }
                 picked.logprob = log_softmax_at(row_logits, V, picked.token); // the model's own
                 token_mask_advance(options->token_trie, options->constraint, &json[b], picked.token);
-            } else if (step < options->min_new_tokens && options->num_stop_tokens > 0) {
+            } else if ((step < options->min_new_tokens && options->num_stop_tokens > 0) || penalized) {
                 float *masked = masked_logits + (long)b * V;
                 memcpy(masked, row_logits, (size_t)V * sizeof(float));
-                for (int i = 0; i < options->num_stop_tokens; i++)
+                for (int i = 0; step < options->min_new_tokens && i < options->num_stop_tokens; i++)
                     if (options->stop_tokens[i] >= 0 && options->stop_tokens[i] < V) masked[options->stop_tokens[i]] = -INFINITY;
+                if (penalized)
+                    sampler_penalize(sampler, masked, V, prompts[b], prompt_lengths[b], out[b].tokens, out[b].length,
+                                     &scratch[b]);
                 picked = sampler_pick(masked, V, sampler, u, &scratch[b]);
                 picked.logprob = log_softmax_at(row_logits, V, picked.token); // the model's own
             } else {

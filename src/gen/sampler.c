@@ -15,6 +15,7 @@ void sampler_scratch_init(SamplerScratch *scratch, int vocab_size) {
     scratch->work = xmalloc((size_t)vocab_size * sizeof(float));
     scratch->order = xmalloc((size_t)vocab_size * sizeof(int));
     scratch->sort_keys = xmalloc((size_t)vocab_size * sizeof(uint32_t));
+    scratch->seen = xcalloc((size_t)vocab_size, sizeof(int));
 }
 
 void sampler_scratch_free(SamplerScratch *scratch) {
@@ -23,6 +24,7 @@ void sampler_scratch_free(SamplerScratch *scratch) {
     free(scratch->work);
     free(scratch->order);
     free(scratch->sort_keys);
+    free(scratch->seen);
     memset(scratch, 0, sizeof *scratch);
 }
 
@@ -118,10 +120,50 @@ static int kept_set(const float *logits, int V, const SamplerConfig *config, Sam
     double max_value = -INFINITY;
     for (int i = 0; i < count; i++)
         if (scaled[s->indices[i]] > max_value) max_value = scaled[s->indices[i]];
+    // min-p: p / p_max = exp(scaled - max) >= min_p stays (the most likely token always does).
+    if (sampler_keeps_min_p(config)) {
+        int kept = 0;
+        for (int i = 0; i < count; i++)
+            if (exp(scaled[s->indices[i]] - max_value) >= config->min_p) s->indices[kept++] = s->indices[i];
+        count = kept;
+    }
     double sum = 0;
     for (int i = 0; i < count; i++) sum += exp(scaled[s->indices[i]] - max_value);
     *log_normaliser = max_value + log(sum);
     return count;
+}
+
+void sampler_penalize(const SamplerConfig *config, float *logits, int V, const int *context, int context_length,
+                      const int *generated, int generated_length, SamplerScratch *scratch) {
+    CHECK(scratch->vocab_size >= V, "sampler scratch too small");
+    int *seen = scratch->seen;
+    const float penalty = config->repetition_penalty;
+    if (penalty > 0.0f && penalty != 1.0f) {
+        // Each token once, however often it occurs: marked in `seen`, cleared after.
+        for (int pass = 0; pass < 2; pass++) {
+            const int *tokens = pass == 0 ? context : generated, n = pass == 0 ? context_length : generated_length;
+            for (int i = 0; i < n; i++) {
+                const int t = tokens[i];
+                if (t < 0 || t >= V || seen[t]) continue;
+                seen[t] = 1;
+                logits[t] = logits[t] > 0.0f ? logits[t] / penalty : logits[t] * penalty;
+            }
+        }
+        for (int pass = 0; pass < 2; pass++) {
+            const int *tokens = pass == 0 ? context : generated, n = pass == 0 ? context_length : generated_length;
+            for (int i = 0; i < n; i++)
+                if (tokens[i] >= 0 && tokens[i] < V) seen[tokens[i]] = 0;
+        }
+    }
+    if (config->presence_penalty == 0.0f && config->frequency_penalty == 0.0f) return;
+    for (int i = 0; i < generated_length; i++)
+        if (generated[i] >= 0 && generated[i] < V) seen[generated[i]]++;
+    for (int i = 0; i < generated_length; i++) {
+        const int t = generated[i];
+        if (t < 0 || t >= V || seen[t] == 0) continue;
+        logits[t] -= config->frequency_penalty * (float)seen[t] + config->presence_penalty;
+        seen[t] = 0; // (each token once)
+    }
 }
 
 int sampler_argmax(const float *logits, int V) {

@@ -1,5 +1,7 @@
 // Choosing the next token from a row of logits: greedy, or sampling with temperature,
-// top-k and top-p, in that order (as transformers' logits processors apply them).
+// top-k, top-p and min-p, in that order (as transformers' logits processors apply them),
+// after the penalties on tokens already seen (sampler_penalize: transformers' repetition
+// penalty, OpenAI's presence and frequency penalties, as vLLM applies them).
 //
 // The random number is given by the caller (gen/generate.c draws it from the counter-based
 // RNG keyed by seed, row and step), so a row's tokens never depend on its batch.
@@ -11,7 +13,24 @@ typedef struct {
     float temperature; // <= 0 means greedy
     int top_k;         // 0 = no top-k
     float top_p;       // applied when in (0, 1); 0 or >= 1 = no top-p
+    // After top-p, only the tokens at least min_p times as likely as the most likely stay
+    // (transformers' MinPLogitsWarper, llama.cpp's min_p). 0 = off.
+    float min_p;
+    // Tokens of the prompt or the answer so far: a logit x becomes x / penalty when positive,
+    // x * penalty when not (transformers' repetition_penalty, llama.cpp's repeat_penalty over
+    // the whole context, vLLM's). 0 or 1 = off.
+    float repetition_penalty;
+    // Tokens of the answer so far, each c times: the logit less frequency_penalty * c +
+    // presence_penalty (OpenAI's, as vLLM applies them after the repetition penalty). 0 = off.
+    float presence_penalty, frequency_penalty;
 } SamplerConfig;
+
+// Whether sampler_penalize changes anything (then the row's logits must be on the host, and
+// its token history given).
+static inline bool sampler_penalizes(const SamplerConfig *config) {
+    return (config->repetition_penalty > 0.0f && config->repetition_penalty != 1.0f) ||
+           config->presence_penalty != 0.0f || config->frequency_penalty != 0.0f;
+}
 
 // What sampler_pick does with a row of V logits: keeps only the top_k largest (top_k in (0,
 // V)); keeps the smallest set holding top_p of the mass; or, sampling, keeps every token
@@ -22,8 +41,10 @@ static inline bool sampler_keeps_top_k(const SamplerConfig *config, int V) {
 static inline bool sampler_keeps_top_p(const SamplerConfig *config) {
     return config->top_p > 0.0f && config->top_p < 1.0f;
 }
+static inline bool sampler_keeps_min_p(const SamplerConfig *config) { return config->min_p > 0.0f; }
 static inline bool sampler_samples_whole_row(const SamplerConfig *config, int V) {
-    return config->temperature > 0.0f && !sampler_keeps_top_k(config, V) && !sampler_keeps_top_p(config);
+    return config->temperature > 0.0f && !sampler_keeps_top_k(config, V) && !sampler_keeps_top_p(config) &&
+           !sampler_keeps_min_p(config);
 }
 // Sampling with top-p and no top-k (sampler_candidates_hold_nucleus's rows).
 static inline bool sampler_keeps_top_p_only(const SamplerConfig *config, int V) {
@@ -44,10 +65,18 @@ typedef struct {
     float *work;
     int *order;          // top-p's sort: the other buffer of each radix pass
     uint32_t *sort_keys; // top-p's sort: each candidate's key, by token id
+    int *seen;           // sampler_penalize: per token, how often the answer holds it (zeros between calls)
 } SamplerScratch;
 
 void sampler_scratch_init(SamplerScratch *scratch, int vocab_size);
 void sampler_scratch_free(SamplerScratch *scratch);
+
+// The penalties of `config` on logits[0..V) in place: the repetition penalty on every token of
+// context[0..context_length) (the prompt) and generated[0..generated_length) (the answer so
+// far), each once, then the frequency and presence penalties on the answer's. A -INFINITY
+// logit (a masked token) stays so.
+void sampler_penalize(const SamplerConfig *config, float *logits, int V, const int *context, int context_length,
+                      const int *generated, int generated_length, SamplerScratch *scratch);
 
 // Greedy decoding's token: the first of the largest logits.
 int sampler_argmax(const float *logits, int V);

@@ -76,12 +76,6 @@ static int get_bool(json_t *root, const char *key, bool *out, OpenAIError *err) 
 // Parameters marlhf does not implement are refused rather than silently ignored, unless
 // they hold the value that changes nothing.
 static int check_unsupported(json_t *root, OpenAIKind kind, OpenAIError *err) {
-    static const char *zero_numbers[] = {"presence_penalty", "frequency_penalty"};
-    for (size_t i = 0; i < sizeof zero_numbers / sizeof zero_numbers[0]; i++) {
-        json_t *v = get(root, zero_numbers[i]);
-        if (v && (!json_is_number(v) || json_number_value(v) != 0))
-            return bad_param(err, zero_numbers[i], "'%s' is not supported (only 0)", zero_numbers[i]);
-    }
     json_t *v = get(root, "logit_bias");
     if (v && (!json_is_object(v) || json_object_size(v) > 0))
         return bad_param(err, "logit_bias", "'logit_bias' is not supported");
@@ -609,6 +603,12 @@ static int parse_fields(json_t *root, OpenAIKind kind, const OpenAILimits *limit
     if (get_number(root, "top_p", 0, 1, true, &req->top_p, err) != 0) return -1;
     if (get_int(root, "top_k", -1, INT_MAX, &top_k, err) != 0) return -1;
     req->top_k = top_k < 0 ? 0 : (int)top_k;
+    // OpenAI's penalties, and vLLM's min_p and repetition_penalty (gen/sampler.h).
+    req->repetition_penalty = 1.0;
+    if (get_number(root, "presence_penalty", -2, 2, false, &req->presence_penalty, err) != 0) return -1;
+    if (get_number(root, "frequency_penalty", -2, 2, false, &req->frequency_penalty, err) != 0) return -1;
+    if (get_number(root, "min_p", 0, 1, false, &req->min_p, err) != 0) return -1;
+    if (get_number(root, "repetition_penalty", 0, 100, true, &req->repetition_penalty, err) != 0) return -1;
     if (get(root, "seed")) {
         if (get_int(root, "seed", LLONG_MIN, LLONG_MAX, &seed, err) != 0) return -1;
         req->has_seed = true;

@@ -1199,7 +1199,13 @@ static Job *job_new(Server *s, OpenAIRequest *req, int *ids, int count, uint64_t
     int room = s->tm->model.config.max_position_embeddings - count;
     job->max_new = req->max_tokens < room ? req->max_tokens : room;
     // temperature 0 is greedy in the sampler; top_p 1 is no nucleus cut.
-    job->sampler = (SamplerConfig){(float)req->temperature, req->top_k, (float)req->top_p};
+    job->sampler = (SamplerConfig){.temperature = (float)req->temperature,
+                                   .top_k = req->top_k,
+                                   .top_p = (float)req->top_p,
+                                   .min_p = (float)req->min_p,
+                                   .repetition_penalty = (float)req->repetition_penalty,
+                                   .presence_penalty = (float)req->presence_penalty,
+                                   .frequency_penalty = (float)req->frequency_penalty};
     job->seed = req->has_seed ? req->seed : number;
     for (int i = 0; i < req->num_stop; i++) {
         job->stop[i] = req->stop[i];

@@ -34,6 +34,35 @@ a=$(run --batch-size 3); b=$(run --batch-size 3); c=$(run --batch-size 1); d=$(r
 [ "$a" = "$c" ] && pass sampling_batch_invariant || fail sampling_batch_invariant "batch 3 vs 1 differ"
 [ "$a" != "$d" ] && pass sampling_seed_matters || fail sampling_seed_matters "seed 7 and 8 agree"
 
+# min-p and the penalties (gen/sampler.c; their arithmetic is test_generate's against
+# transformers'): --min-p 1 keeps only the most likely token, greedy decoding's answers; a
+# repetition penalty of 1 and penalties of 0 are the plain run's bytes; a repetition penalty
+# changes the greedy answers, and the streamed chat (continuous batching) gives generate's.
+e=$(run --batch-size 3 --repetition-penalty 1 --presence-penalty 0 --frequency-penalty 0)
+[ "$a" = "$e" ] && pass sampler_penalties_off || fail sampler_penalties_off "$e"
+greedy=$("$bin" generate --model "$model" --input "$tmp/prompts.jsonl" --chat --max-new-tokens 24 --greedy 2>/dev/null)
+min_p=$("$bin" generate --model "$model" --input "$tmp/prompts.jsonl" --chat --max-new-tokens 24 --temperature 1 \
+    --top-k 0 --min-p 1 2>/dev/null | python3 -c 'import sys, json; [print(json.loads(l)["response"]) for l in sys.stdin]')
+greedy_text=$(echo "$greedy" | python3 -c 'import sys, json; [print(json.loads(l)["response"]) for l in sys.stdin]')
+[ -n "$min_p" ] && [ "$min_p" = "$greedy_text" ] && pass min_p_one_is_greedy || fail min_p_one_is_greedy "$min_p"
+penalized=$("$bin" generate --model "$model" --chat --max-new-tokens 40 --greedy --repetition-penalty 1.3 \
+    --frequency-penalty 0.5 "List the days of the week." 2>/dev/null)
+plain=$("$bin" generate --model "$model" --chat --max-new-tokens 40 --greedy "List the days of the week." 2>/dev/null)
+chat_penalized=$(printf 'List the days of the week.\n' | "$bin" chat --model "$model" --max-new-tokens 40 --temperature 0 \
+    --repetition-penalty 1.3 --frequency-penalty 0.5 2>/dev/null)
+python3 - "$penalized" "$plain" "$chat_penalized" << 'PYEOF' &&
+import json, sys
+penalized, plain = json.loads(sys.argv[1])["response"], json.loads(sys.argv[2])["response"]
+print(f"penalized: {penalized!r}; plain: {plain!r}; chat: {sys.argv[3]!r}", file=sys.stderr)
+sys.exit(0 if penalized != plain and penalized.strip() and penalized.strip() in sys.argv[3] else 1)
+PYEOF
+    pass repetition_penalty_changes_greedy || fail repetition_penalty_changes_greedy "$penalized"
+expect_error min_p_range "--min-p must be in [0, 1]" "$bin" generate --model "$model" --min-p 1.5 hello
+expect_error repetition_penalty_range "--repetition-penalty must be positive" "$bin" generate --model "$model" \
+    --repetition-penalty 0 hello
+expect_error presence_penalty_range "--presence-penalty must be in [-2, 2]" "$bin" chat --model "$model" \
+    --presence-penalty 3
+
 # Stop string: the row stops, and the response is cut before it.
 out=$("$bin" generate --model "$model" --chat --greedy --max-new-tokens 40 --stop "Paris" "What is the capital of France?" 2>/dev/null)
 if echo "$out" | grep -q '"response":"The capital of France is "' && echo "$out" | grep -q '"stop_reason":"stop_string"'; then

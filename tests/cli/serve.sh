@@ -316,6 +316,18 @@ want=$(check generated "$tmp/generate_sampled.jsonl")
 got=$(python3 -c 'import json,sys; r=json.loads(sys.argv[1]); print(json.dumps([r[0], r[2], r[3]]))' "$s1")
 [ -n "$s1" ] && [ "$s1" = "$s2" ] && [ "$s1" != "$s3" ] && pass chat_seed_reproducible || fail chat_seed_reproducible "$s1 / $s2 / $s3"
 [ -n "$want" ] && [ "$got" = "$want" ] && pass chat_sampling_equals_generate || fail chat_sampling_equals_generate "$got vs $want"
+# The penalties (OpenAI's presence_penalty and frequency_penalty, vLLM's repetition_penalty and
+# min_p): the same text and log-probs as `marlhf generate` with the same options.
+penalties='"presence_penalty": 0.4, "frequency_penalty": 0.6, "repetition_penalty": 1.3, "min_p": 0.05'
+request POST /v1/chat/completions "$(sampled 7 | sed "s/}\$/, $penalties}/")" > /dev/null
+p1=$(check completion "$tmp/body" chat 32)
+"$bin" generate --model "$model" --chat --temperature 0.9 --top-p 0.95 --top-k 40 --seed 7 --max-new-tokens 32 --threads 1 \
+    --presence-penalty 0.4 --frequency-penalty 0.6 --repetition-penalty 1.3 --min-p 0.05 "Tell me a story." \
+    > "$tmp/generate_penalties.jsonl" 2> /dev/null
+want=$(check generated "$tmp/generate_penalties.jsonl")
+got=$(python3 -c 'import json,sys; r=json.loads(sys.argv[1]); print(json.dumps([r[0], r[2], r[3]]))' "$p1")
+[ -n "$p1" ] && [ "$p1" != "$s1" ] && [ "$got" = "$want" ] && pass chat_penalties_equal_generate ||
+    fail chat_penalties_equal_generate "$got vs $want"
 
 # Streaming: chunks ending with [DONE] whose deltas add up to the non-streamed text.
 stream_body() { python3 -c 'import json,sys; o=json.loads(sys.argv[1]); o.update(json.loads(sys.argv[2])); print(json.dumps(o))' "$1" "$2"; }
@@ -447,7 +459,10 @@ expect_api_error prompt_missing 400 "" POST /v1/completions '{"max_tokens": 3}'
 expect_api_error prompt_bad_token_id 400 "" POST /v1/completions '{"prompt": [5, 99999999]}'
 python3 -c 'import json; print(json.dumps({"messages": [{"role": "user", "content": "hello " * 400}]}))' > "$tmp/long.json"
 expect_api_error prompt_too_long 400 context_length_exceeded POST /v1/chat/completions "@$tmp/long.json"
-expect_api_error penalty_unsupported 400 "" POST /v1/chat/completions "{$msg, \"frequency_penalty\": 1}"
+expect_api_error frequency_penalty_range 400 "" POST /v1/chat/completions "{$msg, \"frequency_penalty\": 2.5}"
+expect_api_error presence_penalty_string 400 "" POST /v1/chat/completions "{$msg, \"presence_penalty\": \"1\"}"
+expect_api_error repetition_penalty_zero 400 "" POST /v1/chat/completions "{$msg, \"repetition_penalty\": 0}"
+expect_api_error min_p_range 400 "" POST /v1/chat/completions "{$msg, \"min_p\": 1.5}"
 # Log-probs: chat's top_logprobs is 0..20 and needs logprobs true, chat's logprobs is a
 # boolean, completions' logprobs 0..5 (and top_logprobs is chat's): 400 naming the parameter.
 bad_logprobs=("chat top_logprobs {$msg, \"logprobs\": true, \"top_logprobs\": 21}"

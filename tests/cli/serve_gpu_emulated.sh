@@ -3,7 +3,7 @@
 # (build/marlhf_emulated, tests/emulated_cuda): the tiny chat model answering a chat request,
 # two completions at once through the continuous batch (--parallel 2), each answer's usage
 # adding up in /metrics, a top_p request whose tokens come from the device's candidates
-# (the metrics' backend picks), whose device memory gauges (ops_device_memory) count at least
+# (the metrics' backend picks), the same with penalties picked on the host, whose device memory gauges (ops_device_memory) count at least
 # cuBLASLt's 64 MiB workspace beside the model, the peak no less than what is held; a CPU
 # server has no such gauges; SIGTERM ends it with status 0. What test_cuda checks of the
 # continuous batch, here through HTTP and the server's threads. Built only where nvcc is
@@ -62,9 +62,19 @@ sys.exit(0 if a['choices'][0]['message']['role'] == 'assistant' and a['usage']['
     else
         fail serve_gpu_emulated_top_p "status $status tokens [$tokens] picked [$picked_before -> $picked_after] misses [$misses]: $(head -c 200 "$tmp/top_p.json")"
     fi
+    # The same request with penalties: they read the tokens seen, so every token is picked on
+    # the host from the copied logits (no backend pick), and the request is answered.
+    status=$(request POST /v1/completions '{"prompt": "Once upon a time", "max_tokens": 8, "temperature": 0.2, "top_p": 0.9, "seed": 3, "repetition_penalty": 1.3, "frequency_penalty": 0.5}')
+    cp "$tmp/body" "$tmp/penalized.json"
+    curl -s --max-time 60 -o "$tmp/metrics.txt" "http://127.0.0.1:$port/metrics"
+    picked_penalized=$(metric_value backend_picked_tokens_total)
+    tokens=$(python3 -c "import json, sys; print(json.load(open(sys.argv[1]))['usage']['completion_tokens'])" "$tmp/penalized.json" 2> /dev/null)
+    [ "$status" = 200 ] && [ -n "$tokens" ] && [ "$tokens" -ge 1 ] && [ "$picked_penalized" = "$picked_after" ] &&
+        pass "serve_gpu_emulated_penalties ($tokens tokens, all picked on the host)" ||
+        fail serve_gpu_emulated_penalties "status $status tokens [$tokens] picked [$picked_after -> $picked_penalized]"
     held=$(metric_value device_memory_bytes) peak=$(metric_value device_memory_peak_bytes)
     answered=$(metric_value requests_answered_total)
-    if [ -n "$held" ] && [ -n "$peak" ] && [ "$answered" = 4 ] &&
+    if [ -n "$held" ] && [ -n "$peak" ] && [ "$answered" = 5 ] &&
         python3 -c "import sys; h, p = map(float, sys.argv[1:]); sys.exit(0 if 64 * 2**20 < h <= p else 1)" "$held" "$peak"; then
         pass "serve_gpu_emulated_metrics (device memory $held bytes held, $peak at most)"
     else
