@@ -341,6 +341,31 @@ static void test_policy_losses_against_trl(void) {
         kl_cases++;
     }
     EXPECT(kl_cases == 8, "%d KL bias-correction cases", kl_cases);
+    // TRL 1.16's experimental GMPO: the response's loss with every token carrying it, so that
+    // the token mean (scale 1/R) is the response's term; some cases clip some tokens.
+    int gmpo_cases = 0, gmpo_clipped = 0;
+    json_array_foreach(json_object_get(root, "gmpo"), index, c) {
+        PpoLossConfig config = {.policy_loss = POLICY_LOSS_GMPO,
+                                .clip_ratio = (float)json_number_value(json_object_get(c, "epsilon_low")),
+                                .clip_ratio_high = (float)json_number_value(json_object_get(c, "epsilon_high"))};
+        float logp_old[16], logp_new[16], advantages[16], grad[16] = {0};
+        int R = floats(json_object_get(c, "logp_old"), logp_old), segments[16];
+        floats(json_object_get(c, "logp_new"), logp_new);
+        for (int t = 0; t < R; t++) advantages[t] = (float)json_number_value(json_object_get(c, "advantage")), segments[t] = 1;
+        PpoLossStats stats = {0};
+        const double loss =
+            ppo_policy_loss(&config, logp_new, logp_old, advantages, segments, R, R, 1.0f / R, grad, &stats) / R;
+        char what[96];
+        snprintf(what, sizeof what, "GMPO case %zu loss", index);
+        EXPECT_CLOSE(loss, json_number_value(json_object_get(c, "loss")), 1e-6, 1e-5, what);
+        for (int t = 0; t < R; t++) {
+            snprintf(what, sizeof what, "GMPO case %zu d loss / d logp[%d]", index, t);
+            EXPECT_CLOSE(grad[t], json_number_value(json_array_get(json_object_get(c, "grad"), t)), 1e-6, 1e-4, what);
+        }
+        gmpo_clipped += stats.clipped > 0;
+        gmpo_cases++;
+    }
+    EXPECT(gmpo_cases == 12 && gmpo_clipped > 0, "%d GMPO cases, %d with clipped tokens", gmpo_cases, gmpo_clipped);
     EXPECT(dropped > 0 && zero_weights > 0 && clamped_weights > 0,
            "the cases drop %d responses, zero %d weights, clamp %d (each must be some)", dropped, zero_weights,
            clamped_weights);

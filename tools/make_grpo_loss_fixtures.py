@@ -14,8 +14,8 @@ GRPOTrainer (developers only; CI never runs Python). From trl/trainer/grpo_train
   _generate_and_score_completions, scale_rewards="batch": (r - group mean) / (nanstd(r) + 1e-4)
   and from TRL 1.16: delta (grpo's coef_1 clamped at it before the min) and top_entropy_quantile
   (get_high_entropy_mask: the per-token loss times entropy >= torch.quantile(entropies, 1 - rho)),
-  the importance sampling of generation's log-probs and off-policy masking, and the bias-corrected
-  KL term (below)
+  the importance sampling of generation's log-probs and off-policy masking, the bias-corrected
+  KL term, and the experimental GMPOTrainer's loss (below)
 The gradients d loss / d logp_new come from torch autograd in float64.
 Writes tests/fixtures/ppo/grpo_losses.json: {"losses": [{"loss_type", "level", "epsilon_low",
 "epsilon_high", "cispo_max", "tau_pos", "tau_neg", "logp_old", "logp_new", "advantage", "loss",
@@ -23,7 +23,8 @@ Writes tests/fixtures/ppo/grpo_losses.json: {"losses": [{"loss_type", "level", "
 "batch_scaling": [{"rewards", "groups", "advantages"}], "rollout_correction": [{"mode", "clip_min" (0: none),
 "clip_max", "threshold" (-1: none), "epsilon_low", "epsilon_high", "logp_old", "logp_sampling", "logp_new",
 "advantage", "weights", "kept", "loss", "grad"}], "kl_bias_correction": [{"level", "beta", "epsilon_low",
-"epsilon_high", "logp_old", "logp_ref", "logp_new", "advantage", "loss", "grad"}]}.
+"epsilon_high", "logp_old", "logp_ref", "logp_new", "advantage", "loss", "grad"}], "gmpo": [{"epsilon_low",
+"epsilon_high", "logp_old", "logp_new", "advantage", "loss", "grad"}]}.
 usage: .venv-tools/bin/python tools/make_grpo_loss_fixtures.py
 """
 import json
@@ -210,9 +211,41 @@ for level in ["token", "sequence"]:
         for R in [5, 12]:
             kl_bias_correction.append(kl_bias_case(level, advantage, R, 0.2))
 
+
+
+def gmpo_case(advantage, R, spread, eps_low, eps_high):
+    """TRL 1.16's experimental GMPOTrainer._compute_loss for one response: the log-ratio clipped to
+    [-epsilon, epsilon_high] in log space, one-sided by the advantage's sign (torch.minimum when
+    A > 0, torch.maximum otherwise), the exponential of its mean over the tokens, times -A; the mean
+    over responses (one here); gradient by autograd."""
+    old = torch.tensor([[rng.uniform(-4.0, -0.2) for _ in range(R)]], dtype=torch.float64)
+    new = (old + torch.tensor([[rng.gauss(0, spread) for _ in range(R)]], dtype=torch.float64)).requires_grad_()
+    mask = torch.ones(1, R, dtype=torch.float64)
+    advantages = torch.tensor([advantage], dtype=torch.float64)
+    log_ratio = new - old
+    clamped_log_ratio = torch.clamp(log_ratio, min=-eps_low, max=eps_high)
+    advantages_col = advantages.unsqueeze(1)
+    clipped_log_ratio = torch.where(advantages_col > 0, torch.minimum(log_ratio, clamped_log_ratio),
+                                    torch.maximum(log_ratio, clamped_log_ratio))
+    log_importance_weights = (clipped_log_ratio * mask).sum(-1) / mask.sum(-1).clamp(min=1.0)
+    coef = torch.exp(log_importance_weights)
+    loss = (-coef * advantages).mean()
+    loss.backward()
+    return {"epsilon_low": eps_low, "epsilon_high": eps_high, "logp_old": old[0].tolist(),
+            "logp_new": new[0].detach().tolist(), "advantage": advantage, "loss": loss.item(),
+            "grad": new.grad[0].tolist()}
+
+
+# TRL 1.16's GMPO, drawn last for the same reason.
+gmpo = []
+for advantage in [1.3, -0.7]:
+    for R, spread in [(1, 0.05), (5, 0.3), (12, 0.6)]:
+        for eps_low, eps_high in [(0.4, 0.4), (0.2, 0.3)]:
+            gmpo.append(gmpo_case(advantage, R, spread, eps_low, eps_high))
+
 path = os.path.join(os.path.dirname(__file__), "..", "tests/fixtures/ppo/grpo_losses.json")
 with open(path, "w") as f:
     json.dump({"losses": losses, "batch_scaling": batch_scaling, "rollout_correction": rollout_correction,
-               "kl_bias_correction": kl_bias_correction}, f)
+               "kl_bias_correction": kl_bias_correction, "gmpo": gmpo}, f)
 print("wrote", path, len(losses), "loss cases,", len(batch_scaling), "batches,", len(rollout_correction),
-      "rollout-correction cases,", len(kl_bias_correction), "KL bias-correction cases")
+      "rollout-correction cases,", len(kl_bias_correction), "KL bias-correction cases,", len(gmpo), "GMPO cases")

@@ -17,6 +17,13 @@
 #include "train/packing.h"
 #include "train/lr_schedule.h"
 
+// Whether the command line (or --config) gave option `name`.
+static bool option_seen(const OptionSet *set, const char *name) {
+    for (int k = 0; k < set->count; k++)
+        if (!strcmp(set->options[k].name, name)) return set->options[k].seen;
+    return false;
+}
+
 // --reward's sources ("model,command": each kind once) and --reward-weights' weights (one a
 // source, finite; default 1 each) into the config.
 static void parse_reward_sources(const char *sources, const char *weights, PpoConfig *c) {
@@ -177,7 +184,8 @@ int cmd_ppo(int argc, char **argv) {
         {"policy-loss", "loss_type policy_loss_type loss_mode", OPT_STRING, &policy_loss,
          "ppo (clipped ratio) | cispo (clipped, gradient-free token weights; MiniMax-M1) | sapo (soft gate) | vespo "
          "(gradient-free gamma weight of the response's ratio) | luspo (ppo with --ratio sequence and "
-         "--loss-aggregation seq-mean-token-sum)", false, false},
+         "--loss-aggregation seq-mean-token-sum) | gmpo (the geometric mean of the log-clipped token ratios; "
+         "--cliprange 0.4 by default, in log space)", false, false},
         {"cispo-max-weight", "cispo_max_weight", OPT_FLOAT, &cispo_max_weight,
          "--policy-loss cispo: the token weight's cap (TRL's epsilon_high for cispo)", false, false},
         {"sapo-temperature-pos", "sapo_temperature_pos", OPT_FLOAT, &sapo_temperature_pos,
@@ -386,9 +394,13 @@ int cmd_ppo(int argc, char **argv) {
     // over its tokens: a name for three settings.
     const bool luspo = !strcmp(policy_loss, "luspo");
     if (policy_loss_kind_from_name(luspo ? "ppo" : policy_loss, &c.loss.policy_loss) != 0)
-        die_user("option --policy-loss must be ppo, cispo, sapo, vespo or luspo, got '%s'", policy_loss);
-    if (c.loss.policy_loss == POLICY_LOSS_VESPO && ratio && strcmp(ratio, "per-token") != 0)
-        die_user("option --ratio does not apply to --policy-loss vespo (its weight comes from the response's ratio)");
+        die_user("option --policy-loss must be ppo, cispo, sapo, vespo, luspo or gmpo, got '%s'", policy_loss);
+    if ((c.loss.policy_loss == POLICY_LOSS_VESPO || c.loss.policy_loss == POLICY_LOSS_GMPO) && ratio &&
+        strcmp(ratio, "per-token") != 0)
+        die_user("option --ratio does not apply to --policy-loss %s (its weight comes from the response's ratio)",
+                 policy_loss);
+    // GMPO clips log-ratios, and recommends a wider range than PPO's (TRL's GMPOConfig epsilon).
+    if (c.loss.policy_loss == POLICY_LOSS_GMPO && !option_seen(&set, "cliprange")) clip_ratio = 0.4;
     if (!ratio) ratio = luspo ? "sequence" : "per-token";
     if (ratio_kind_from_name(ratio, &c.loss.ratio) != 0)
         die_user("option --ratio must be per-token, macro or sequence, got '%s'", ratio);
@@ -553,6 +565,12 @@ int cmd_ppo(int argc, char **argv) {
         die_user("option --off-policy-mask-threshold must be a number, got %g", off_policy_mask_threshold);
     c.loss.off_policy_mask = off_policy_mask_threshold >= 0;
     c.loss.off_policy_mask_threshold = (float)off_policy_mask_threshold;
+    // GMPO takes the response as one term: the masks and weights that act on single tokens'
+    // advantages would change its mean advantage instead (TRL's GMPO has none of them).
+    if (c.loss.policy_loss == POLICY_LOSS_GMPO &&
+        (c.loss.rollout_correction != ROLLOUT_CORRECTION_NONE || c.loss.off_policy_mask || top_entropy_quantile < 1))
+        die_user("option --policy-loss gmpo weighs the response as a whole: not with --rollout-correction, "
+                 "--off-policy-mask-threshold or --top-entropy-quantile (--policy-loss)");
     if (filter_groups && !needs_group)
         die_user("option --filter-groups needs groups of responses: --advantage-estimator grpo, dr-grpo, rloo or "
                  "reinforce++-baseline");

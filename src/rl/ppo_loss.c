@@ -21,6 +21,7 @@ int policy_loss_kind_from_name(const char *name, PolicyLossKind *out) {
     else if (!strcmp(name, "cispo")) *out = POLICY_LOSS_CISPO;
     else if (!strcmp(name, "sapo")) *out = POLICY_LOSS_SAPO;
     else if (!strcmp(name, "vespo")) *out = POLICY_LOSS_VESPO;
+    else if (!strcmp(name, "gmpo") || !strcmp(name, "geo_mean")) *out = POLICY_LOSS_GMPO;
     else return -1;
     return 0;
 }
@@ -119,6 +120,42 @@ static double vespo_loss(const PpoLossConfig *config, const float *logp_new, con
     return loss;
 }
 
+// GMPO over one response: L = -A exp(mean_t l_t), A the tokens' mean advantage, l_t the
+// token's log-ratio clipped one-sidedly in log space by A's sign. Returns R L (each token
+// carries L); its gradient R dL / d logp_t = -A exp(mean l) dl_t / d logp_t, 1 where the
+// log-ratio is not clipped, 0 where it is.
+static double gmpo_loss(const PpoLossConfig *config, const float *logp_new, const float *logp_old,
+                        const float *advantages, int R, float scale, float *dlogp, PpoLossStats *stats) {
+    if (R == 0) return 0;
+    double advantage = 0;
+    for (int t = 0; t < R; t++) advantage += advantages[t];
+    advantage /= R;
+    const double low = -config->clip_ratio, high = config->clip_ratio_high;
+    double mean_log_ratio = 0;
+    for (int t = 0; t < R; t++) {
+        const double log_ratio = (double)logp_new[t] - logp_old[t];
+        const double clamped = log_ratio < low ? low : log_ratio > high ? high : log_ratio;
+        mean_log_ratio += advantage > 0 ? fmin(log_ratio, clamped) : fmax(log_ratio, clamped);
+    }
+    mean_log_ratio /= R;
+    const double coefficient = exp(mean_log_ratio);
+    const double loss = -advantage * coefficient * R;
+    for (int t = 0; t < R; t++) {
+        const double log_ratio = (double)logp_new[t] - logp_old[t];
+        // Clipped (no gradient): above high with A > 0, below low with A <= 0.
+        const bool clipped = advantage > 0 ? log_ratio > high : log_ratio < low;
+        if (dlogp && !clipped) dlogp[t] += (float)(-advantage * coefficient * scale);
+        if (stats) {
+            stats->clipped += clipped;
+            stats->approx_kl += 0.5 * log_ratio * log_ratio;
+            stats->ratio_sum += coefficient;
+            stats->tokens += 1;
+        }
+    }
+    if (stats) stats->policy_loss += loss;
+    return loss;
+}
+
 // The tokens are taken in groups that share one ratio: each token alone (per-token), each
 // macro action (macro: the sum of its log-ratios), or the whole response (sequence: their
 // mean). A group's d loss / d log rho, summed over its tokens, flows back to every token of
@@ -128,6 +165,8 @@ double ppo_policy_loss(const PpoLossConfig *config, const float *logp_new, const
                        float *dlogp, PpoLossStats *stats) {
     if (config->policy_loss == POLICY_LOSS_VESPO)
         return vespo_loss(config, logp_new, logp_old, advantages, R, scale, dlogp, stats);
+    if (config->policy_loss == POLICY_LOSS_GMPO)
+        return gmpo_loss(config, logp_new, logp_old, advantages, R, scale, dlogp, stats);
     double loss = 0;
     int first = 0;
     for (int s = 0; config->ratio == RATIO_MACRO_PRODUCT ? s < segments : first < R; s++) {

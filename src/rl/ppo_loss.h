@@ -19,6 +19,13 @@
 //       fades as w leaves 1; (k, lambda) = (k_pos, lambda_pos) when A_t >= 0, else the _neg
 //       pair (TRL's loss_type "vespo", get_gamma_weights). It makes its own ratio: --ratio
 //       does not apply.
+//   GMPO (Geometric-Mean Policy Optimization; TRL's experimental GMPOTrainer, verl's
+//       "geo_mean"): one term for the whole response, -A exp(mean_t l_t), with A the mean of
+//       its tokens' advantages and l_t the token's log-ratio clipped in log space, one-sided
+//       by the sign of A: min(l, clamp(l, -eps_low, eps_high)) when A > 0, max(...) otherwise
+//       (clip_ratio and clip_ratio_high are log-space bounds here; GMPO recommends 0.4). Each
+//       token carries the response's term (so a sequence mean of token means averages them
+//       over responses, as GMPO does). Its own ratio too: --ratio does not apply.
 // Value:   L = sum_t 0.5 max((V_t - G_t)^2, (clip(V_t, V_old_t - c, V_old_t + c) - G_t)^2) / N
 // N is the number of response tokens in the optimizer step (scale = 1/N).
 #pragma once
@@ -28,7 +35,7 @@
 #include "rl/kl_estimator.h"
 
 typedef enum { RATIO_PER_TOKEN, RATIO_MACRO_PRODUCT, RATIO_SEQUENCE_MEAN } RatioKind;
-typedef enum { POLICY_LOSS_PPO, POLICY_LOSS_CISPO, POLICY_LOSS_SAPO, POLICY_LOSS_VESPO } PolicyLossKind;
+typedef enum { POLICY_LOSS_PPO, POLICY_LOSS_CISPO, POLICY_LOSS_SAPO, POLICY_LOSS_VESPO, POLICY_LOSS_GMPO } PolicyLossKind;
 // How the policy term is corrected for generation's log-probs differing from the training
 // forward's (rollout_correction_weights; TRL's vllm_importance_sampling_mode).
 typedef enum {
@@ -132,5 +139,5 @@ double ppo_quantile(const float *values, long n, double q);
 
 // "per-token" | "macro" | "sequence"; -1 otherwise.
 int ratio_kind_from_name(const char *name, RatioKind *out);
-// "ppo" | "cispo" | "sapo" | "vespo"; -1 otherwise.
+// "ppo" | "cispo" | "sapo" | "vespo" | "gmpo"; -1 otherwise.
 int policy_loss_kind_from_name(const char *name, PolicyLossKind *out);

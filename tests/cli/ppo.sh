@@ -574,11 +574,11 @@ PYEOF2
     pass "old_logprobs_from_training (weights within $difference)" ||
     fail old_logprobs_from_training "weights differ by $difference $(tail -n 3 "$tmp/grpo_recompute.err")"
 # TRL's other GRPO loss forms: CISPO, SAPO, GSPO's sequence-level ratio, batch-scaled
-# advantages, VESPO and LUSPO. At ratio 1 the first three have PPO's gradient, so they are
+# advantages, VESPO, LUSPO and GMPO. At ratio 1 the first three have PPO's gradient, so they are
 # run with the clip test's several off-policy steps per rollout: each changes that
 # training, and each learns.
 for form in "cispo --policy-loss cispo" "sapo --policy-loss sapo" "gspo --ratio sequence" "batch --scale-rewards batch" \
-    "vespo --policy-loss vespo" "luspo --policy-loss luspo"; do
+    "vespo --policy-loss vespo" "luspo --policy-loss luspo" "gmpo --policy-loss gmpo"; do
     set -- $form
     name=$1
     shift
@@ -600,6 +600,10 @@ expect_error bad_sapo_temperature "--sapo-temperature" "$bin" ppo "${common[@]}"
     --sapo-temperature-neg -1
 expect_error bad_ratio "--ratio" "$bin" ppo "${common[@]}" --output "$tmp/x" --ratio geometric
 expect_error vespo_with_ratio "--ratio" "$bin" ppo "${common[@]}" --output "$tmp/x" --policy-loss vespo --ratio sequence
+expect_error gmpo_with_ratio "--ratio does not apply to --policy-loss gmpo" "$bin" ppo "${common[@]}" --output "$tmp/x" \
+    --policy-loss gmpo --ratio macro
+expect_error gmpo_with_entropy_quantile "weighs the response as a whole" "$bin" ppo "${common[@]}" --output "$tmp/x" \
+    --advantage-estimator grpo --samples-per-prompt 2 --policy-loss gmpo --top-entropy-quantile 0.2
 expect_error bad_vespo_lambda "--vespo-lambda" "$bin" ppo "${common[@]}" --output "$tmp/x" --policy-loss vespo \
     --vespo-lambda-neg 0
 expect_error bad_scale_rewards "--scale-rewards" "$bin" ppo "${common[@]}" --output "$tmp/x" --advantage-estimator grpo \
