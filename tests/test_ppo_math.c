@@ -147,13 +147,22 @@ static void test_group_advantages_against_trl(void) {
         const char *names[3] = {"grpo", "rloo", "dr_grpo"};
         const AdvantageEstimator kinds[3] = {ESTIMATOR_GRPO, ESTIMATOR_RLOO, ESTIMATOR_DR_GRPO};
         for (int k = 0; k < 3; k++) {
-            group_advantages(kinds[k], r, G, got);
+            group_advantages(kinds[k], r, NULL, G, got);
             json_t *want = json_object_get(c, names[k]);
             for (int g = 0; g < G; g++) {
                 char what[64];
                 snprintf(what, sizeof what, "%s group %zu (G=%d) element %d", names[k], index, G, g);
                 EXPECT_CLOSE(got[g], json_real_value(json_array_get(want, g)), 1e-12, 1e-7, what);
             }
+        }
+        // OPO (verl's): the baseline weighted by the responses' lengths.
+        int lengths[16];
+        for (int g = 0; g < G; g++) lengths[g] = (int)json_integer_value(json_array_get(json_object_get(c, "lengths"), g));
+        group_advantages(ESTIMATOR_OPO, r, lengths, G, got);
+        for (int g = 0; g < G; g++) {
+            char what[64];
+            snprintf(what, sizeof what, "opo group %zu (G=%d) element %d", index, G, g);
+            EXPECT_CLOSE(got[g], json_real_value(json_array_get(json_object_get(c, "opo"), g)), 1e-12, 1e-9, what);
         }
     }
     json_decref(cases);
@@ -379,7 +388,7 @@ static void test_policy_losses_against_trl(void) {
             rewards[q] = json_number_value(json_array_get(r, q));
             groups[q] = (int)json_integer_value(json_array_get(json_object_get(c, "groups"), q));
         }
-        rollout_group_advantages(ESTIMATOR_GRPO, GROUP_SCALE_BATCH, rewards, groups, count, got);
+        rollout_group_advantages(ESTIMATOR_GRPO, GROUP_SCALE_BATCH, rewards, NULL, groups, count, got);
         for (int q = 0; q < count; q++) {
             char what[64];
             snprintf(what, sizeof what, "batch scaling %zu element %d", index, q);
@@ -388,13 +397,13 @@ static void test_policy_losses_against_trl(void) {
         }
         // "none" is Dr. GRPO's r - mean; "group" is group_advantages group by group.
         double none[32], dr[32], grouped[32], per_group[32];
-        rollout_group_advantages(ESTIMATOR_GRPO, GROUP_SCALE_NONE, rewards, groups, count, none);
-        rollout_group_advantages(ESTIMATOR_DR_GRPO, GROUP_SCALE_GROUP, rewards, groups, count, dr);
-        rollout_group_advantages(ESTIMATOR_GRPO, GROUP_SCALE_GROUP, rewards, groups, count, grouped);
+        rollout_group_advantages(ESTIMATOR_GRPO, GROUP_SCALE_NONE, rewards, NULL, groups, count, none);
+        rollout_group_advantages(ESTIMATOR_DR_GRPO, GROUP_SCALE_GROUP, rewards, NULL, groups, count, dr);
+        rollout_group_advantages(ESTIMATOR_GRPO, GROUP_SCALE_GROUP, rewards, NULL, groups, count, grouped);
         for (int first = 0; first < count;) {
             int last = first;
             while (last < count && groups[last] == groups[first]) last++;
-            group_advantages(ESTIMATOR_GRPO, rewards + first, last - first, per_group + first);
+            group_advantages(ESTIMATOR_GRPO, rewards + first, NULL, last - first, per_group + first);
             first = last;
         }
         for (int q = 0; q < count; q++) {

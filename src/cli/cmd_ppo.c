@@ -313,9 +313,9 @@ int cmd_ppo(int argc, char **argv) {
         {"enable-ema", "enable_ema", OPT_BOOL, &ema, "keep an EMA of the actor (saved as actor_ema)", false, false},
         {"ema-beta", "ema_beta", OPT_FLOAT, &ema_beta, "EMA decay", false, false},
         {"advantage-estimator", "advantage_estimator adv_estimator", OPT_STRING, &estimator,
-         "gae (PPO, with a critic) | grpo | dr-grpo | rloo | reinforce++ | reinforce++-baseline (no critic)", false, false},
+         "gae (PPO, with a critic) | grpo | dr-grpo | rloo | opo | reinforce++ | reinforce++-baseline (no critic)", false, false},
         {"samples-per-prompt", "n_samples_per_prompt num_generations", OPT_INT, &samples_per_prompt,
-         "responses generated per prompt (grpo, dr-grpo, rloo, reinforce++-baseline: at least 2)", false, false},
+         "responses generated per prompt (grpo, dr-grpo, rloo, opo, reinforce++-baseline: at least 2)", false, false},
         {"termination-condition", "termination_condition", OPT_STRING, &termination, "fixed | randomized | parsing | ppl | token (vanilla PPO)", false, false},
         {"ngram", NULL, OPT_INT, &ngram, "macro-action length for fixed n-gram (1: token-level PPO)", false, false},
         {"repeat-times", "repeat_times", OPT_INT, &repeat_times, "randomized n-gram: repeats of each length", false, false},
@@ -478,7 +478,7 @@ int cmd_ppo(int argc, char **argv) {
                  "--alarm-fraction-rise and --alarm-score-quantile are all 0 (off)");
     c.stop_on_alarm = stop_on_alarm;
     if (advantage_estimator_from_name(estimator, &c.estimator) != 0)
-        die_user("option --advantage-estimator must be gae, grpo, dr-grpo, rloo, reinforce++ or reinforce++-baseline, got '%s'",
+        die_user("option --advantage-estimator must be gae, grpo, dr-grpo, rloo, opo, reinforce++ or reinforce++-baseline, got '%s'",
                  estimator);
     // Dr. GRPO's two halves go together unless told otherwise (as OpenRLHF's dr_grpo), CISPO's
     // and VESPO's token weights are averaged over the minibatch's tokens (TRL's loss_type
@@ -496,6 +496,7 @@ int cmd_ppo(int argc, char **argv) {
         die_user("option --loss-aggregation must be seq-mean-token-mean, token-mean, seq-mean-token-sum-norm or "
                  "seq-mean-token-sum, got '%s'", aggregation);
     const bool needs_group = c.estimator == ESTIMATOR_GRPO || c.estimator == ESTIMATOR_DR_GRPO || c.estimator == ESTIMATOR_RLOO ||
+                             c.estimator == ESTIMATOR_OPO ||
                              c.estimator == ESTIMATOR_REINFORCE_PP_BASELINE;
     if (needs_group && samples_per_prompt < 2)
         die_user("option --samples-per-prompt must be at least 2 with --advantage-estimator %s (the group is the baseline)",
@@ -572,7 +573,7 @@ int cmd_ppo(int argc, char **argv) {
         die_user("option --policy-loss gmpo weighs the response as a whole: not with --rollout-correction, "
                  "--off-policy-mask-threshold or --top-entropy-quantile (--policy-loss)");
     if (filter_groups && !needs_group)
-        die_user("option --filter-groups needs groups of responses: --advantage-estimator grpo, dr-grpo, rloo or "
+        die_user("option --filter-groups needs groups of responses: --advantage-estimator grpo, dr-grpo, rloo, opo or "
                  "reinforce++-baseline");
     c.filter_groups = filter_groups;
     c.mask_truncated = mask_truncated;

@@ -45,6 +45,7 @@ static const struct {
     {"grpo", ESTIMATOR_GRPO},
     {"dr-grpo", ESTIMATOR_DR_GRPO},
     {"rloo", ESTIMATOR_RLOO},
+    {"opo", ESTIMATOR_OPO},
     {"reinforce++", ESTIMATOR_REINFORCE_PP},
     {"reinforce++-baseline", ESTIMATOR_REINFORCE_PP_BASELINE},
     // OpenRLHF's and verl's spellings
@@ -85,9 +86,17 @@ void returns_to_go(const float *rewards, int R, float gamma, float *out) {
     }
 }
 
-void group_advantages(AdvantageEstimator estimator, const double *rewards, int G, double *out) {
+void group_advantages(AdvantageEstimator estimator, const double *rewards, const int *lengths, int G, double *out) {
     if (G < 2) {
         for (int g = 0; g < G; g++) out[g] = 0.0;
+        return;
+    }
+    if (estimator == ESTIMATOR_OPO) { // the baseline weighs each reward by its response's length
+        CHECK(lengths, "OPO's baseline needs the responses' lengths");
+        double weighted = 0, total = 0;
+        for (int g = 0; g < G; g++) weighted += (double)lengths[g] * rewards[g], total += lengths[g];
+        const double baseline = total > 0 ? weighted / total : 0.0;
+        for (int g = 0; g < G; g++) out[g] = rewards[g] - baseline;
         return;
     }
     double sum = 0;
@@ -113,12 +122,13 @@ int group_end(const int *groups, int count, int first) {
     return last;
 }
 
-void rollout_group_advantages(AdvantageEstimator estimator, GroupScale scale, const double *rewards, const int *groups,
-                              int count, double *out) {
+void rollout_group_advantages(AdvantageEstimator estimator, GroupScale scale, const double *rewards, const int *lengths,
+                              const int *groups, int count, double *out) {
     const bool grpo_unscaled = estimator == ESTIMATOR_GRPO && scale != GROUP_SCALE_GROUP;
     for (int first = 0, last; first < count; first = last) {
         last = group_end(groups, count, first);
-        group_advantages(grpo_unscaled ? ESTIMATOR_DR_GRPO : estimator, rewards + first, last - first, out + first);
+        group_advantages(grpo_unscaled ? ESTIMATOR_DR_GRPO : estimator, rewards + first, lengths ? lengths + first : NULL,
+                         last - first, out + first);
     }
     if (estimator != ESTIMATOR_GRPO || scale != GROUP_SCALE_BATCH) return;
     double sum = 0, squares = 0;

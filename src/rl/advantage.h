@@ -49,6 +49,8 @@ int macro_reward_from_name(const char *name, MacroReward *out);
 //         weighs easy and hard prompts alike; usually with --loss-aggregation
 //         seq-mean-token-sum-norm, its other half
 //   RLOO  r_g - mean of the other G - 1 rewards
+//   OPO   r_g - sum_h L_h r_h / sum_h L_h, the baseline weighted by the responses' lengths L
+//         (Hao et al. 2025, "On-Policy RL with Optimal Reward Baseline"; verl's "opo")
 // and 0 for a group of one (nothing to compare with). Every token of the response gets it.
 //
 // REINFORCE++ (Hu 2025; OpenRLHF's "reinforce", verl's "reinforce_plus_plus") needs no
@@ -61,9 +63,11 @@ typedef enum {
     ESTIMATOR_RLOO,
     ESTIMATOR_REINFORCE_PP,
     ESTIMATOR_REINFORCE_PP_BASELINE,
-    ESTIMATOR_DR_GRPO
+    ESTIMATOR_DR_GRPO,
+    ESTIMATOR_OPO
 } AdvantageEstimator;
-void group_advantages(AdvantageEstimator estimator, const double *rewards, int G, double *out);
+// lengths[0..G): the responses' token counts (OPO's weights; may be NULL for the others).
+void group_advantages(AdvantageEstimator estimator, const double *rewards, const int *lengths, int G, double *out);
 // GRPO's division of r - group mean: by the group's standard deviation (the paper; TRL's
 // scale_rewards="group"), by the whole rollout's (TRL's "batch", as Liu et al. 2025 propose:
 // a group whose rewards barely differ is not magnified), or by nothing (TRL's "none", the
@@ -73,14 +77,14 @@ typedef enum { GROUP_SCALE_GROUP, GROUP_SCALE_BATCH, GROUP_SCALE_NONE } GroupSca
 // answers (a group's samples consecutive). GRPO is scaled as `scale` says; the other
 // estimators ignore it. For GROUP_SCALE_BATCH the divisor is the unbiased standard deviation
 // of all `count` rewards plus 1e-4 (TRL: nanstd(rewards) + 1e-4).
-void rollout_group_advantages(AdvantageEstimator estimator, GroupScale scale, const double *rewards, const int *groups,
-                              int count, double *out);
+void rollout_group_advantages(AdvantageEstimator estimator, GroupScale scale, const double *rewards, const int *lengths,
+                              const int *groups, int count, double *out);
 // The end of the group that starts at `first` in groups[0..count) (a group's samples are
 // consecutive): the first index past it.
 int group_end(const int *groups, int count, int first);
 // out[j] = sum_{t >= j} gamma^(t - j) rewards[t].
 void returns_to_go(const float *rewards, int R, float gamma, float *out);
-// "gae" | "grpo" | "dr-grpo" | "rloo" | "reinforce++" | "reinforce++-baseline" (also OpenRLHF's and
+// "gae" | "grpo" | "dr-grpo" | "rloo" | "opo" | "reinforce++" | "reinforce++-baseline" (also OpenRLHF's and
 // verl's names); -1 otherwise; and back.
 int advantage_estimator_from_name(const char *name, AdvantageEstimator *out);
 const char *advantage_estimator_name(AdvantageEstimator estimator);

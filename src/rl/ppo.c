@@ -523,7 +523,7 @@ static double *group_estimates(Ppo *p, const Rollout *r, const AdvantageConfig *
     }
     dist_sum_doubles(rewards, r->count);
     double *out = xcalloc(r->count + 1, sizeof(double));
-    rollout_group_advantages(p->c.estimator, p->c.group_scale, rewards, r->groups, r->count, out);
+    rollout_group_advantages(p->c.estimator, p->c.group_scale, rewards, r->lengths, r->groups, r->count, out);
     free(rewards);
     return out;
 }
@@ -664,7 +664,8 @@ static void compute_experience(Ppo *p, const Rollout *r, RolloutStats *stats) {
     AdvantageConfig advantage = p->c.advantage;
     advantage.kl_coef = (float)p->kl_coef;
     const AdvantageEstimator estimator = p->c.estimator;
-    const bool group_relative = estimator == ESTIMATOR_GRPO || estimator == ESTIMATOR_DR_GRPO || estimator == ESTIMATOR_RLOO;
+    const bool group_relative = estimator == ESTIMATOR_GRPO || estimator == ESTIMATOR_DR_GRPO ||
+                                estimator == ESTIMATOR_RLOO || estimator == ESTIMATOR_OPO;
     const bool reinforce = estimator == ESTIMATOR_REINFORCE_PP || estimator == ESTIMATOR_REINFORCE_PP_BASELINE;
     double *sequence_advantage = group_relative ? group_estimates(p, r, &advantage) : NULL;
     double *score_baseline = estimator == ESTIMATOR_REINFORCE_PP_BASELINE ? group_mean_scores(r, &advantage) : NULL;

@@ -230,6 +230,16 @@ run dr_grpo_short --advantage-estimator dr-grpo --samples-per-prompt 4 --max-ite
 [ -f "$tmp/dr_grpo_short/final/actor/model.safetensors" ] && ! cmp -s "$tmp/dr_grpo_short/final/actor/model.safetensors" \
     "$tmp/dr_grpo_seq_mean/final/actor/model.safetensors" && pass dr_grpo_token_sum_norm ||
     fail dr_grpo_token_sum_norm "$(tail -n 3 "$tmp/dr_grpo_short.err")"
+# OPO (verl's: the group's baseline weighted by the responses' lengths; its arithmetic is
+# test_ppo_math's): it learns, and it is not Dr. GRPO's unweighted baseline (another training).
+run opo --advantage-estimator opo --samples-per-prompt 4 --max-iterations 8 --termination-condition token
+opo_last=$(python3 -c "import json,sys; r=[json.loads(l)['train/score'] for l in open(sys.argv[1]) if 'train/score' in l]; print(sum(r[-3:]) / 3)" "$tmp/opo/metrics.jsonl" 2>/dev/null)
+run opo_seq_mean --advantage-estimator opo --samples-per-prompt 4 --max-iterations 2 --termination-condition token \
+    --loss-aggregation seq-mean-token-sum-norm
+[ ! -e "$tmp/opo/final/critic" ] && [ -f "$tmp/opo_seq_mean/final/actor/model.safetensors" ] &&
+    ! cmp -s "$tmp/opo_seq_mean/final/actor/model.safetensors" "$tmp/dr_grpo_short/final/actor/model.safetensors" &&
+    python3 -c "import sys; sys.exit(0 if float(sys.argv[2]) > float(sys.argv[1]) + 0.5 else 1)" "$first" "$opo_last" 2>/dev/null &&
+    pass "opo_learns (score $first -> $opo_last)" || fail opo_learns "score '$first' -> '$opo_last' $(tail -n 2 "$tmp/opo.err")"
 # DAPO's clip-higher and soft overlong punishment: both change the run; the punishment
 # lowers the logged score of responses that reach into the buffer.
 # (Several optimizer steps per rollout at a high learning rate, so that ratios leave [0.8, 1.2].)
