@@ -313,7 +313,8 @@ int cmd_ppo(int argc, char **argv) {
         {"enable-ema", "enable_ema", OPT_BOOL, &ema, "keep an EMA of the actor (saved as actor_ema)", false, false},
         {"ema-beta", "ema_beta", OPT_FLOAT, &ema_beta, "EMA decay", false, false},
         {"advantage-estimator", "advantage_estimator adv_estimator", OPT_STRING, &estimator,
-         "gae (PPO, with a critic) | grpo | dr-grpo | rloo | opo | reinforce++ | reinforce++-baseline (no critic)", false, false},
+         "gae (PPO, with a critic) | grpo | dr-grpo | rloo | opo | remax (the greedy answer's score the baseline) | "
+         "reinforce++ | reinforce++-baseline (no critic)", false, false},
         {"samples-per-prompt", "n_samples_per_prompt num_generations", OPT_INT, &samples_per_prompt,
          "responses generated per prompt (grpo, dr-grpo, rloo, opo, reinforce++-baseline: at least 2)", false, false},
         {"termination-condition", "termination_condition", OPT_STRING, &termination, "fixed | randomized | parsing | ppl | token (vanilla PPO)", false, false},
@@ -478,7 +479,7 @@ int cmd_ppo(int argc, char **argv) {
                  "--alarm-fraction-rise and --alarm-score-quantile are all 0 (off)");
     c.stop_on_alarm = stop_on_alarm;
     if (advantage_estimator_from_name(estimator, &c.estimator) != 0)
-        die_user("option --advantage-estimator must be gae, grpo, dr-grpo, rloo, opo, reinforce++ or reinforce++-baseline, got '%s'",
+        die_user("option --advantage-estimator must be gae, grpo, dr-grpo, rloo, opo, remax, reinforce++ or reinforce++-baseline, got '%s'",
                  estimator);
     // Dr. GRPO's two halves go together unless told otherwise (as OpenRLHF's dr_grpo), CISPO's
     // and VESPO's token weights are averaged over the minibatch's tokens (TRL's loss_type
@@ -595,6 +596,9 @@ int cmd_ppo(int argc, char **argv) {
     c.adaptive_entropy = adaptive_entropy;
     c.entropy_coef_min = entropy_coef_min, c.entropy_coef_max = entropy_coef_max;
     c.entropy_coef_delta = entropy_coef_delta, c.entropy_target = entropy_target;
+    if (normalize && c.estimator == ESTIMATOR_REMAX)
+        die_user("option --normalize-reward: --advantage-estimator remax compares each score with a greedy answer's "
+                 "score as it is (--normalize-reward)");
     c.whiten_advantages = whiten, c.normalize_reward = normalize, c.ema = ema, c.ema_beta = ema_beta;
     c.macro.ngram = (int)ngram, c.macro.repeat_times = (int)repeat_times, c.macro.parser_cutoff = (int)parser_cutoff;
     c.macro.dedupe_boundaries = !keep_duplicates, c.macro.randomized_include_one = !paper_randomized;

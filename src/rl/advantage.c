@@ -46,6 +46,7 @@ static const struct {
     {"dr-grpo", ESTIMATOR_DR_GRPO},
     {"rloo", ESTIMATOR_RLOO},
     {"opo", ESTIMATOR_OPO},
+    {"remax", ESTIMATOR_REMAX},
     {"reinforce++", ESTIMATOR_REINFORCE_PP},
     {"reinforce++-baseline", ESTIMATOR_REINFORCE_PP_BASELINE},
     // OpenRLHF's and verl's spellings

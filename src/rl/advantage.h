@@ -53,6 +53,10 @@ int macro_reward_from_name(const char *name, MacroReward *out);
 //         (Hao et al. 2025, "On-Policy RL with Optimal Reward Baseline"; verl's "opo")
 // and 0 for a group of one (nothing to compare with). Every token of the response gets it.
 //
+// ReMax (Li et al. 2023; verl's "remax") needs neither: a response's advantage is its
+// returns-to-go less the score of the actor's greedy answer to the same prompt (rl/ppo.c
+// remax_baselines), on every token.
+//
 // REINFORCE++ (Hu 2025; OpenRLHF's "reinforce", verl's "reinforce_plus_plus") needs no
 // group: the token rewards of token_rewards (KL per token, clipped score on the last)
 // are summed into returns-to-go, which are the advantages, whitened over the rollout's
@@ -64,7 +68,8 @@ typedef enum {
     ESTIMATOR_REINFORCE_PP,
     ESTIMATOR_REINFORCE_PP_BASELINE,
     ESTIMATOR_DR_GRPO,
-    ESTIMATOR_OPO
+    ESTIMATOR_OPO,
+    ESTIMATOR_REMAX
 } AdvantageEstimator;
 // lengths[0..G): the responses' token counts (OPO's weights; may be NULL for the others).
 void group_advantages(AdvantageEstimator estimator, const double *rewards, const int *lengths, int G, double *out);
@@ -84,7 +89,7 @@ void rollout_group_advantages(AdvantageEstimator estimator, GroupScale scale, co
 int group_end(const int *groups, int count, int first);
 // out[j] = sum_{t >= j} gamma^(t - j) rewards[t].
 void returns_to_go(const float *rewards, int R, float gamma, float *out);
-// "gae" | "grpo" | "dr-grpo" | "rloo" | "opo" | "reinforce++" | "reinforce++-baseline" (also OpenRLHF's and
+// "gae" | "grpo" | "dr-grpo" | "rloo" | "opo" | "remax" | "reinforce++" | "reinforce++-baseline" (also OpenRLHF's and
 // verl's names); -1 otherwise; and back.
 int advantage_estimator_from_name(const char *name, AdvantageEstimator *out);
 const char *advantage_estimator_name(AdvantageEstimator estimator);

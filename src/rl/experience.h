@@ -26,6 +26,7 @@ typedef struct {
     float score;     // reward before clipping (RM score, lexicon or code reward)
     float raw_score; // the same before reward normalisation
     float gold;      // lexicon score of the response (NAN when there is no lexicon)
+    float baseline;  // ReMax: the score of the actor's greedy answer to the prompt (remax_baselines)
     float loss_scale; // this sample's tokens' weight in its minibatch's mean
 } Sample;
 

@@ -351,10 +351,12 @@ static int score_samples(Ppo *p, const PromptSet *set, Sample *const *samples, i
 // Generates responses for the prompts order[0..count) of `set`. Row k samples with the
 // random numbers of row id row_id_base + row_id_offset + k * row_id_stride: under mpirun a
 // rank generates every W-th row of the iteration with the ids one process would use.
+// sampler: NULL for the run's (PpoConfig.sampler).
 static void rollout(Ppo *p, const PromptSet *set, const long *order, long count, uint64_t row_id_base,
-                    uint64_t row_id_offset, uint64_t row_id_stride, Sample *out, GenerateStats *total_stats) {
+                    uint64_t row_id_offset, uint64_t row_id_stride, Sample *out, GenerateStats *total_stats,
+                    const SamplerConfig *sampler) {
     GenerateOptions options = {
-        .sampler = p->c.sampler,
+        .sampler = sampler ? *sampler : p->c.sampler,
         .max_new_tokens = p->c.max_new_tokens,
         .seed = p->c.seed,
         .stop_tokens = p->stop_tokens,
@@ -454,8 +456,9 @@ typedef struct {
     // when the old log-probs come from the training forward, the trained ones.
     double kl_sequence, entropy, policy_samples, policy_tokens;
     double reward_parts[REWARD_KINDS]; // scoring: each reward source's scores (PpoConfig.rewards' order)
+    double baseline; // experience, ReMax: the samples' greedy baselines
 } RolloutStats; // doubles only: summed across ranks as an array
-_Static_assert(sizeof(RolloutStats) == (17 + REWARD_KINDS) * sizeof(double),
+_Static_assert(sizeof(RolloutStats) == (18 + REWARD_KINDS) * sizeof(double),
                "RolloutStats is summed as an array of doubles");
 
 // to += from, field by field.
@@ -617,6 +620,38 @@ static int score_rollout(Ppo *p, const Rollout *r, RolloutStats *stats) {
     return 0;
 }
 
+// ReMax (Li et al. 2023, verl's "remax"): each of this rank's `count` samples' baseline, the
+// score of the actor's greedy answer to the same prompt (order[]), generated with the run's
+// limits and scored and shaped as the samples' scores are (the reward sources, the overlong
+// and missing-EOS penalties; --normalize-reward is refused with ReMax). The greedy answers
+// are not trained on. Returns 0, or -1 with err_set() on every rank when a rank's reward
+// command or server failed.
+static int remax_baselines(Ppo *p, const long *order, long count, Sample *samples, GenerateStats *gen) {
+    Sample *greedy = xcalloc((size_t)count + 1, sizeof(Sample));
+    const SamplerConfig argmax = {.temperature = 0.0f};
+    rollout(p, &p->prompts, order, count, 0, 0, 1, greedy, gen, &argmax);
+    dist_weights_drain(&p->actor); // ZeRO-3: the ranks' decode steps differ in number
+    Sample **pointers = xmalloc(((size_t)count + 1) * sizeof(Sample *));
+    float *scores = xmalloc(((size_t)count + 1) * sizeof(float));
+    for (long i = 0; i < count; i++) pointers[i] = &greedy[i], greedy[i].gold = response_gold(p, &greedy[i]);
+    const bool failed = score_samples(p, &p->prompts, pointers, (int)count, scores, NULL) != 0;
+    dist_weights_drain(&p->reward); // ZeRO-3: the ranks score different numbers of rows
+    for (long i = 0; i < count && !failed; i++) {
+        const Sample *g = &greedy[i];
+        const bool truncated = g->stop != STOP_TOKEN && g->stop != STOP_CHECK;
+        samples[i].baseline = scores[i] + overlong_penalty(g->response_length, p->c.max_new_tokens, p->c.overlong_buffer,
+                                                           (float)p->c.overlong_penalty) -
+                              (truncated ? (float)p->c.missing_eos_penalty : 0.0f);
+    }
+    for (long i = 0; i < count; i++) sample_free(&greedy[i]);
+    free(greedy), free(pointers), free(scores);
+    if (dist_any_failed(failed)) {
+        if (!failed) err_set("another rank's reward command or server failed");
+        return -1;
+    }
+    return 0;
+}
+
 // Experience of the samples to train on (already scored): the actor's (old) and the
 // reference's log-probs, the critic's values, token rewards, macro actions and advantages.
 // Adds the experience statistics (summed over the ranks) to `stats`.
@@ -667,6 +702,7 @@ static void compute_experience(Ppo *p, const Rollout *r, RolloutStats *stats) {
     const bool group_relative = estimator == ESTIMATOR_GRPO || estimator == ESTIMATOR_DR_GRPO ||
                                 estimator == ESTIMATOR_RLOO || estimator == ESTIMATOR_OPO;
     const bool reinforce = estimator == ESTIMATOR_REINFORCE_PP || estimator == ESTIMATOR_REINFORCE_PP_BASELINE;
+    const bool remax = estimator == ESTIMATOR_REMAX;
     double *sequence_advantage = group_relative ? group_estimates(p, r, &advantage) : NULL;
     double *score_baseline = estimator == ESTIMATOR_REINFORCE_PP_BASELINE ? group_mean_scores(r, &advantage) : NULL;
     double advantage_sum = 0, advantage_sq = 0, advantage_n = 0;
@@ -690,6 +726,10 @@ static void compute_experience(Ppo *p, const Rollout *r, RolloutStats *stats) {
         } else if (reinforce) { // REINFORCE++: returns-to-go, whitened below
             returns_to_go(s->rewards, R, advantage.gamma, s->advantages);
             memcpy(s->returns, s->advantages, R * sizeof(float));
+        } else if (remax) { // ReMax: returns-to-go less the greedy answer's (clipped) score
+            returns_to_go(s->rewards, R, advantage.gamma, s->returns);
+            const float baseline = clipped_score(&advantage, s->baseline);
+            for (int j = 0; j < R; j++) s->advantages[j] = s->returns[j] - baseline;
         } else if (p->c.token_level) { // vanilla PPO: no macro machinery at all
             token_segments(s);
             token_advantages(&advantage, s->values_old, s->rewards, R, s->advantages, s->returns);
@@ -715,6 +755,7 @@ static void compute_experience(Ppo *p, const Rollout *r, RolloutStats *stats) {
             local.policy_tokens += R;
         }
         local.experienced += 1;
+        local.baseline += remax ? s->baseline : 0.0;
         local.kl_tokens += R;
         local.value += value_sum;
         local.macro_actions += actions;
@@ -1057,7 +1098,7 @@ static int evaluate(Ppo *p, bool final) {
     Sample *samples = xcalloc(count, sizeof(Sample));
     GenerateStats gen = {0};
     // Fixed row ids: every evaluation samples the same random numbers, so curves compare.
-    rollout(p, set, order, count, 1000000000ULL, 0, 1, samples, &gen);
+    rollout(p, set, order, count, 1000000000ULL, 0, 1, samples, &gen, NULL);
     Sample **pointers = xmalloc(count * sizeof(Sample *));
     for (long i = 0; i < count; i++) pointers[i] = &samples[i];
     float *scores = xmalloc(count * sizeof(float));
@@ -1876,8 +1917,15 @@ int ppo_run(const PpoConfig *config) {
             Sample *samples = round_samples[rounds] = xcalloc(local_rows + 1, sizeof(Sample));
             if (p->c.hybrid_engine) dist_weights_gather_all(&p->actor);
             rollout(p, &p->prompts, mine, local_rows, round_row_id_base(p->iteration, rounds, per_iteration),
-                    (uint64_t)rank, (uint64_t)world, samples, &gen);
+                    (uint64_t)rank, (uint64_t)world, samples, &gen, NULL);
             dist_weights_drain(&p->actor); // ZeRO-3: the ranks' decode steps differ in number
+            if (p->c.estimator == ESTIMATOR_REMAX && remax_baselines(p, mine, local_rows, samples, &gen) != 0) {
+                rc = -1; // every rank: remax_baselines agreed on it
+                if (p->c.hybrid_engine) dist_weights_reshard(&p->actor);
+                free(chosen), free(mine);
+                rounds++;
+                break;
+            }
             if (p->c.hybrid_engine) dist_weights_reshard(&p->actor);
             free(chosen), free(mine);
             double g1 = now_seconds();
@@ -2005,13 +2053,15 @@ int ppo_run(const PpoConfig *config) {
         enum { FIGURES = sizeof values / sizeof values[0] };
         static const char *const reward_part_names[REWARD_KINDS] = {"reward_model", "reward_lexicon", "reward_code",
                                                                     "reward_command", "reward_remote"};
-        const char *line_names[FIGURES + REWARD_KINDS];
-        double line_values[FIGURES + REWARD_KINDS];
+        const char *line_names[FIGURES + REWARD_KINDS + 1];
+        double line_values[FIGURES + REWARD_KINDS + 1];
         int metric_count = 0;
         for (int k = 0; k < FIGURES - 1; k++) line_names[metric_count] = names[k], line_values[metric_count++] = values[k];
         for (int k = 0; k < p->c.reward_count && p->c.reward_count > 1; k++)
             line_names[metric_count] = reward_part_names[p->c.rewards[k]],
             line_values[metric_count++] = rs.reward_parts[k] / scored;
+        if (p->c.estimator == ESTIMATOR_REMAX) // the mean score of the greedy answers
+            line_names[metric_count] = "baseline_score", line_values[metric_count++] = rs.baseline / experienced;
         if (device_mib >= 0)
             line_names[metric_count] = names[FIGURES - 1], line_values[metric_count++] = values[FIGURES - 1];
         // A frozen actor (--critic-warmup-iterations) took no step: its training figures are null.

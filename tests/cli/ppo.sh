@@ -240,6 +240,26 @@ run opo_seq_mean --advantage-estimator opo --samples-per-prompt 4 --max-iteratio
     ! cmp -s "$tmp/opo_seq_mean/final/actor/model.safetensors" "$tmp/dr_grpo_short/final/actor/model.safetensors" &&
     python3 -c "import sys; sys.exit(0 if float(sys.argv[2]) > float(sys.argv[1]) + 0.5 else 1)" "$first" "$opo_last" 2>/dev/null &&
     pass "opo_learns (score $first -> $opo_last)" || fail opo_learns "score '$first' -> '$opo_last' $(tail -n 2 "$tmp/opo.err")"
+# ReMax (verl's: the baseline is the score of the actor's greedy answer to the prompt): sampled
+# greedily too, every response is its baseline's, so the first iteration's advantages are all 0
+# (the KL is 0 there: the actor is the reference), no actor gradient, the logged baseline the
+# raw score; sampled, it learns.
+run remax_greedy --advantage-estimator remax --termination-condition token --temperature 0 --max-iterations 1
+run remax --advantage-estimator remax --samples-per-prompt 4 --max-iterations 8 --termination-condition token
+remax_last=$(python3 -c "import json,sys; r=[json.loads(l)['train/score'] for l in open(sys.argv[1]) if 'train/score' in l]; print(sum(r[-3:]) / 3)" "$tmp/remax/metrics.jsonl" 2>/dev/null)
+python3 - "$tmp/remax_greedy/metrics.jsonl" << 'PYEOF2' &&
+import json, sys
+r = [json.loads(l) for l in open(sys.argv[1]) if '"train/score"' in l][0]
+print(f"greedy: raw score {r['train/raw_score']}, baseline {r['train/baseline_score']}, advantage {r['train/advantage']}, "
+      f"actor gradient {r['train/actor_grad_norm']}", file=sys.stderr)
+sys.exit(0 if r["train/advantage"] == 0 and r["train/actor_grad_norm"] == 0 and
+         r["train/baseline_score"] == r["train/raw_score"] else 1)
+PYEOF2
+    [ ! -e "$tmp/remax/final/critic" ] &&
+    python3 -c "import sys; sys.exit(0 if float(sys.argv[2]) > float(sys.argv[1]) + 0.5 else 1)" "$first" "$remax_last" 2>/dev/null &&
+    pass "remax (score $first -> $remax_last)" || fail remax "score '$first' -> '$remax_last' $(tail -n 2 "$tmp/remax.err")"
+expect_error remax_normalize_reward "--advantage-estimator remax compares" "$bin" ppo "${common[@]}" --output "$tmp/x" \
+    --advantage-estimator remax --normalize-reward
 # DAPO's clip-higher and soft overlong punishment: both change the run; the punishment
 # lowers the logged score of responses that reach into the buffer.
 # (Several optimizer steps per rollout at a high learning rate, so that ratios leave [0.8, 1.2].)
