@@ -552,6 +552,10 @@ close "$(json_values "$tmp/filter_one/metrics.jsonl" train/uniform_groups_droppe
     [ "$(json_values "$tmp/filter_two/metrics.jsonl" train/old_logprobs_from_training | tr ' ' '\n' | sort -u)" = 1.0 ] &&
     close "$(logprobs_of "$tmp/filter_one/final/actor")" "$(logprobs_of "$tmp/filter_two/final/actor")" 1e-4 &&
     pass grpo_filter_two_ranks_same_training || fail grpo_filter_two_ranks_same_training "$(tail -n 2 "$tmp/filter_two.err")"
+# ReMax: each rank answers its own prompts greedily for their baselines; the weighted sum of
+# two reward sources (the reward model and the lexicon) on each rank's own responses.
+ppo_one_and_two_ranks remax_two_ranks_same_training --advantage-estimator remax --termination-condition token \
+    --reward model,lexicon --reward-weights 1,0.5 --gold-lexicon data/austen/lexicon.tsv
 # --reward command: each rank runs its own copy of the program for its own responses.
 printf '%s\n' 'import json, sys' 'for line in sys.stdin:' '    print(json.loads(line)["response"].count("e") / 5, flush=True)' \
     > "$tmp/count_e.py"
