@@ -77,7 +77,7 @@ int cmd_ppo(int argc, char **argv) {
     long ppo_epochs = c.ppo_epochs, epochs = c.epochs, max_iterations = 0, min_response = c.min_response_tokens, min_new = 0;
     long top_k = c.sampler.top_k, ngram = c.macro.ngram, repeat_times = c.macro.repeat_times;
     long parser_cutoff = c.macro.parser_cutoff, eval_every = 0, save_every = 0, keep_last = c.keep_last, seed = 1234;
-    long eval_count = 0, data_phase = 3, threads = 0, zero_stage = 0, samples_per_prompt = 1;
+    long eval_count = 0, data_phase = 3, threads = 0, zero_stage = 0, samples_per_prompt = 1, eval_samples = 1;
     char *estimator = "gae", *kl_estimator = "k1", *kl_loss_type = NULL;
     const char *reference_quantize = NULL, *reward_quantize = "none", *actor_quantize = "none", *critic_quantize = "none";
     double temperature = c.sampler.temperature, top_p = c.sampler.top_p, actor_lr = c.actor_lr, critic_lr = c.critic_lr;
@@ -333,6 +333,9 @@ int cmd_ppo(int argc, char **argv) {
         {"ppl-monotone", NULL, OPT_BOOL, &ppl_monotone, "perplexity boundary one token later (paper's reading)", false, false},
         {"eval-every", "eval_every", OPT_INT, &eval_every, "iterations between evaluations (0: start and end)", false, false},
         {"eval-count", "eval_count", OPT_INT, &eval_count, "eval prompts used (0: all)", false, false},
+        {"eval-samples-per-prompt", "num_generations_eval n_samples_per_prompt_eval", OPT_INT, &eval_samples,
+         "answers per eval prompt (TRL's num_generations_eval); above 1, eval/best_of_n: the mean of each prompt's "
+         "best score", false, false},
         {"save-every", "save_steps", OPT_INT, &save_every, "iterations between checkpoints (0: at the end)", false, false},
         {"keep-last", "keep_last", OPT_INT, &keep_last, "checkpoints kept", false, false},
         {"seed", NULL, OPT_INT, &seed, "seed (prompt order, sampling, randomized macro actions)", false, false},
@@ -430,6 +433,7 @@ int cmd_ppo(int argc, char **argv) {
         {"--parser-cutoff", parser_cutoff, 2, 1 << 20}, {"--eval-every", eval_every, 0, 1L << 40},
         {"--save-every", save_every, 0, 1L << 40}, {"--keep-last", keep_last, 0, 1 << 20}, {"--seed", seed, 0, 1L << 62},
         {"--eval-count", eval_count, 0, 1 << 30}, {"--data-phase", data_phase, 1, 16},
+        {"--eval-samples-per-prompt", eval_samples, 1, 64},
         {"--samples-per-prompt", samples_per_prompt, 1, 4096}, {"--overlong-buffer", overlong_buffer, 0, max_new_tokens - 1},
         {"--max-generation-rounds", max_generation_rounds, 1, PPO_MAX_GENERATION_ROUNDS},
         {"--critic-warmup-iterations", critic_warmup_iterations, 0, 1L << 40},
@@ -604,6 +608,7 @@ int cmd_ppo(int argc, char **argv) {
     c.macro.dedupe_boundaries = !keep_duplicates, c.macro.randomized_include_one = !paper_randomized;
     c.macro.ppl_monotone = ppl_monotone, c.macro.seed = (uint64_t)seed;
     c.eval_every = eval_every, c.save_every = save_every, c.keep_last = keep_last, c.eval_prompts = (int)eval_count;
+    c.eval_samples = (int)eval_samples;
     c.seed = (uint64_t)seed, c.resume = resume, c.quiet = quiet, c.gradient_checkpointing = checkpointing;
     if (zero_stage < 0 || zero_stage > 3)
         die_user("option --zero-stage must be 0, 1, 2 or 3 (ZeRO-1 shards the optimizer state, ZeRO-2 the gradients "

@@ -88,6 +88,7 @@ PpoConfig ppo_default_config(void) {
         .alarm_score_quantile = 0.99,
         .keep_last = 2,
         .log_samples = 4,
+        .eval_samples = 1,
         .seed = 1234,
     };
 }
@@ -1092,9 +1093,12 @@ static double win_rate(const float *now, const float *first, long count) {
 static int evaluate(Ppo *p, bool final) {
     const PromptSet *set = p->eval_prompts.count ? &p->eval_prompts : NULL;
     if (!set) return 0;
-    long count = p->c.eval_prompts > 0 && p->c.eval_prompts < set->count ? p->c.eval_prompts : set->count;
+    const long prompts = p->c.eval_prompts > 0 && p->c.eval_prompts < set->count ? p->c.eval_prompts : set->count;
+    // Row i answers prompt i / K (K = --eval-samples-per-prompt), its sample i % K.
+    const int K = p->c.eval_samples > 0 ? p->c.eval_samples : 1;
+    const long count = prompts * K;
     long *order = xmalloc(count * sizeof(long));
-    for (long i = 0; i < count; i++) order[i] = i;
+    for (long i = 0; i < count; i++) order[i] = i / K;
     Sample *samples = xcalloc(count, sizeof(Sample));
     GenerateStats gen = {0};
     // Fixed row ids: every evaluation samples the same random numbers, so curves compare.
@@ -1121,9 +1125,10 @@ static int evaluate(Ppo *p, bool final) {
         if (out) {
             int visible = s->response_length - (s->stop == STOP_TOKEN ? 1 : 0);
             char *text = tokenizer_decode(p->tokenizer, s->response, visible, true);
-            json_t *row = json_pack("{s:s, s:s, s:f, s:i}", "prompt", set->texts[i], "response", text, "reward",
+            json_t *row = json_pack("{s:s, s:s, s:f, s:i}", "prompt", set->texts[order[i]], "response", text, "reward",
                                     (double)value, "response_tokens", s->response_length);
             if (!isnan(s->gold)) json_object_set_new(row, "gold", json_real(s->gold));
+            if (K > 1) json_object_set_new(row, "sample", json_integer(i % K));
             char *line = json_dumps(row, JSON_COMPACT);
             fprintf(out, "%s\n", line);
             free(line), free(text);
@@ -1147,11 +1152,18 @@ static int evaluate(Ppo *p, bool final) {
         load_first_eval(p, count);
     }
     const bool paired = p->iteration > 0 && p->first_eval_scores && p->first_eval_count == count;
-    const char *names[] = {"score", "gold", "response_length", "win_rate", "gold_win_rate"};
+    // Several answers a prompt: the mean over prompts of each one's best (verl's best@N).
+    double best_sum = 0;
+    for (long q = 0; q < prompts; q++) {
+        float best = scores[q * K];
+        for (int k = 1; k < K; k++) best = scores[q * K + k] > best ? scores[q * K + k] : best;
+        best_sum += best;
+    }
+    const char *names[] = {"score", "gold", "response_length", "win_rate", "gold_win_rate", "best_of_n"};
     double values[] = {score / count, gold_n ? gold / gold_n : NAN, length / count,
                        paired ? win_rate(scores, p->first_eval_scores, count) : NAN,
-                       paired ? win_rate(golds, p->first_eval_golds, count) : NAN};
-    metrics_log(&p->metrics, "eval", p->iteration, names, values, 5);
+                       paired ? win_rate(golds, p->first_eval_golds, count) : NAN, best_sum / prompts};
+    metrics_log(&p->metrics, "eval", p->iteration, names, values, K > 1 ? 6 : 5);
     if (!p->c.quiet) {
         fprintf(stderr, "\neval at iteration %ld: score %.4f, gold %.4f, length %.1f", p->iteration, values[0], values[1],
                 values[2]);

@@ -199,6 +199,9 @@ typedef struct {
     // bookkeeping
     long eval_every, save_every, keep_last, log_samples;
     int eval_prompts; // how many eval prompts to generate for (0: all)
+    // Answers per eval prompt (TRL's num_generations_eval, verl's val_kwargs.n), each on its own
+    // fixed random stream; above 1 the mean over prompts of each one's best score is logged too.
+    int eval_samples;
     uint64_t seed;
     bool resume, quiet;
 } PpoConfig;

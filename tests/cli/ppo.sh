@@ -750,6 +750,29 @@ print("win rates", [(s, r["eval/win_rate"]) for s, r in rows.items()], file=sys.
 sys.exit(0 if ok else 1)
 PYEOF2
     pass eval_win_rate || fail eval_win_rate "see above"
+# --eval-samples-per-prompt 3 (TRL's num_generations_eval): each eval prompt answered 3 times
+# (rows "sample" 0, 1, 2 of the prompt), eval/score their mean, eval/best_of_n the mean of each
+# prompt's best, both recomputed from the samples file; the win rates pair each row with
+# iteration 0's same row.
+run eval_three --eval-samples-per-prompt 3 --max-iterations 2 --termination-condition token
+python3 - "$tmp/eval_three" << 'PYEOF2' &&
+import json, os, sys
+run = sys.argv[1]
+rows = {r["step"]: r for r in map(json.loads, open(os.path.join(run, "metrics.jsonl"))) if "eval/score" in r}
+ok = True
+for step, metrics in rows.items():
+    name = "final.jsonl" if step == max(rows) else f"eval-{step:06d}.jsonl"
+    samples = [json.loads(l) for l in open(os.path.join(run, "samples", name))]
+    ok &= len(samples) == 12 and [s["sample"] for s in samples] == [0, 1, 2] * 4
+    ok &= all(samples[3 * q]["prompt"] == samples[3 * q + k]["prompt"] for q in range(4) for k in range(3))
+    rewards = [s["reward"] for s in samples]
+    best = sum(max(rewards[3 * q:3 * q + 3]) for q in range(4)) / 4
+    ok &= abs(metrics["eval/score"] - sum(rewards) / 12) < 1e-5 and abs(metrics["eval/best_of_n"] - best) < 1e-5
+    ok &= metrics["eval/best_of_n"] >= metrics["eval/score"]
+print("eval (score, best of 3)", [(r["eval/score"], r["eval/best_of_n"]) for r in rows.values()], file=sys.stderr)
+sys.exit(0 if ok and rows[max(rows)]["eval/win_rate"] is not None else 1)
+PYEOF2
+    pass eval_samples_per_prompt || fail eval_samples_per_prompt "$(tail -n 2 "$tmp/eval_three.err")"
 # --stop-on-alarm: the same run stops before training on the first iteration whose responses
 # set off an alarm (K, from the run above), resumed from its last checkpoint before K so that
 # only the iterations up to K are run again: exit status 3, one line naming K and that
