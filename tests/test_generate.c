@@ -695,7 +695,7 @@ static void test_sampler_penalties_against_transformers(void) {
             .presence_penalty = (float)json_number_value(json_object_get(c, "presence_penalty")),
             .frequency_penalty = (float)json_number_value(json_object_get(c, "frequency_penalty")),
         };
-        sampler_penalize(&config, logits, V, prompt, prompt_length, generated, generated_length, &scratch);
+        sampler_adjust_logits(&config, logits, V, prompt, prompt_length, generated, generated_length, &scratch);
         sampler_distribution(logits, V, &config, probs, &scratch);
         int kept = 0;
         for (int v = 0; v < V; v++) {
@@ -714,14 +714,22 @@ static void test_sampler_penalties_against_transformers(void) {
     memcpy(same, logits, sizeof same);
     const int seen[3] = {0, 1, 1};
     SamplerConfig off = {.temperature = 1.0f, .repetition_penalty = 1.0f};
-    EXPECT(!sampler_penalizes(&off) && !sampler_penalizes(&(SamplerConfig){.temperature = 1.0f}), "penalties off");
-    sampler_penalize(&off, logits, 4, seen, 3, seen, 3, &scratch);
+    EXPECT(!sampler_adjusts_logits(&off) && !sampler_adjusts_logits(&(SamplerConfig){.temperature = 1.0f}), "penalties off");
+    sampler_adjust_logits(&off, logits, 4, seen, 3, seen, 3, &scratch);
     EXPECT(!memcmp(logits, same, sizeof same), "no penalty, no change");
     // A masked token stays masked.
     float masked[4] = {-INFINITY, 1.0f, 0.5f, 0.0f};
     SamplerConfig all = {.temperature = 1.0f, .repetition_penalty = 1.5f, .presence_penalty = 1.0f, .frequency_penalty = 1.0f};
-    sampler_penalize(&all, masked, 4, seen, 3, seen, 3, &scratch);
+    sampler_adjust_logits(&all, masked, 4, seen, 3, seen, 3, &scratch);
     EXPECT(masked[0] == -INFINITY && masked[2] == 0.5f, "masked token stays masked, unseen token unchanged");
+    // Logit biases add to their tokens' logits, after the penalties, and count as adjusting them.
+    const SamplerLogitBias biases[2] = {{2, -100.0f}, {3, 1.5f}};
+    SamplerConfig biased = {.temperature = 1.0f, .logit_bias = biases, .logit_bias_count = 2};
+    float row[4] = {1.5f, -0.5f, 0.25f, 2.0f};
+    EXPECT(sampler_adjusts_logits(&biased), "a logit bias adjusts the logits");
+    sampler_adjust_logits(&biased, row, 4, seen, 3, seen, 3, &scratch);
+    EXPECT(row[0] == 1.5f && row[1] == -0.5f && row[2] == 0.25f - 100.0f && row[3] == 3.5f, "biases added: %g %g %g %g",
+           row[0], row[1], row[2], row[3]);
     sampler_scratch_free(&scratch);
 }
 

@@ -271,7 +271,7 @@ static void start_sequence(ContinuousBatch *batch, int at, const SequenceOptions
         sequence->masked = xmalloc((size_t)V * sizeof(float));
     }
     // Penalties read the prompt and the answer so far, on a copy of the logits.
-    const bool penalized = sampler_penalizes(&sequence->options.sampler);
+    const bool penalized = sampler_adjusts_logits(&sequence->options.sampler);
     if (penalized && !sequence->masked) sequence->masked = xmalloc((size_t)V * sizeof(float));
     if (batch->options.prompt_cache_rows > 0 || penalized) {
         sequence->prompt_length = prompt_length;
@@ -565,7 +565,7 @@ static bool picks_on_backend(ContinuousBatch *batch, int rows) {
         Sequence *sequence = &batch->sequences[r];
         const SamplerConfig *sampler = &sequence->options.sampler;
         const bool greedy = sampler->temperature <= 0.0f;
-        if (sequence->json || sequence->options.top_logprobs > 0 || sampler_penalizes(sampler)) return false;
+        if (sequence->json || sequence->options.top_logprobs > 0 || sampler_adjusts_logits(sampler)) return false;
         const bool nucleus = on_backend && sampler_keeps_top_p_only(sampler, V);
         if (nucleus && sequence->nucleus_k == 0) sequence->nucleus_k = generate_nucleus_candidates(0, V);
         if (nucleus && sequence->nucleus_k < 0) return false; // (too wide a nucleus: the host samples)
@@ -661,7 +661,7 @@ static void decode_step(ContinuousBatch *batch) {
             continue;
         }
         const SamplerConfig *sampler = &sequence->options.sampler;
-        const bool penalized = sampler_penalizes(sampler);
+        const bool penalized = sampler_adjusts_logits(sampler);
         if (sequence->json && !penalized &&
             token_mask_pick_greedy(options->token_trie, constraint, sequence->json, options->stop_tokens,
                                    options->num_stop_tokens, true, logits, V, &sequence->options.sampler,
@@ -672,7 +672,7 @@ static void decode_step(ContinuousBatch *batch) {
             const int allowed = token_mask_apply(options->token_trie, constraint, sequence->json, options->stop_tokens,
                                                  options->num_stop_tokens, logits, sequence->masked, V, &sequence->mask);
             if (penalized)
-                sampler_penalize(sampler, sequence->masked, V, sequence->prompt, sequence->prompt_length,
+                sampler_adjust_logits(sampler, sequence->masked, V, sequence->prompt, sequence->prompt_length,
                                  sequence->out.tokens, sequence->out.length, &sequence->scratch);
             if (allowed > 0) {
                 picked = sampler_pick(sequence->masked, V, &sequence->options.sampler, u, &sequence->scratch);
@@ -684,7 +684,7 @@ static void decode_step(ContinuousBatch *batch) {
             token_mask_advance(options->token_trie, constraint, sequence->json, picked.token);
         } else if (penalized) {
             memcpy(sequence->masked, logits, (size_t)V * sizeof(float));
-            sampler_penalize(sampler, sequence->masked, V, sequence->prompt, sequence->prompt_length,
+            sampler_adjust_logits(sampler, sequence->masked, V, sequence->prompt, sequence->prompt_length,
                              sequence->out.tokens, sequence->out.length, &sequence->scratch);
             picked = sampler_pick(sequence->masked, V, sampler, u, &sequence->scratch);
             picked.logprob = sampler_logprob(logits, V, picked.token); // the model's own

@@ -177,11 +177,11 @@ void generate(Model *model, const int *const *prompts, const int *prompt_lengths
     if (chunk_rows < 1) model_reserve_cached(model, B, T0);
     float *logits = xmalloc((size_t)B * V * sizeof(float));
     int *next = xmalloc((size_t)B * sizeof(int));
-    // Penalties on the tokens seen read each row's logits on the host (sampler_penalize).
+    // Penalties on the tokens seen read each row's logits on the host (sampler_adjust_logits).
     bool any_penalized = false;
     for (int b = 0; b < B; b++)
         any_penalized = any_penalized ||
-                        sampler_penalizes(options->row_samplers ? &options->row_samplers[b] : &options->sampler);
+                        sampler_adjusts_logits(options->row_samplers ? &options->row_samplers[b] : &options->sampler);
     float *masked_logits = options->min_new_tokens > 0 || options->constraint || any_penalized
                                ? xmalloc((size_t)B * V * sizeof(float))
                                : NULL;
@@ -361,7 +361,7 @@ void generate(Model *model, const int *const *prompts, const int *prompt_lengths
                 next[b] = picked.token;
                 continue;
             }
-            const bool penalized = sampler_penalizes(sampler);
+            const bool penalized = sampler_adjusts_logits(sampler);
             if (options->constraint && !penalized &&
                 !options->mask_every_token &&
                 token_mask_pick_greedy(options->token_trie, options->constraint, &json[b], options->stop_tokens,
@@ -378,7 +378,7 @@ void generate(Model *model, const int *const *prompts, const int *prompt_lengths
                         if (options->stop_tokens[i] >= 0 && options->stop_tokens[i] < V && masked[options->stop_tokens[i]] > -INFINITY)
                             masked[options->stop_tokens[i]] = -INFINITY, allowed--;
                 if (penalized)
-                    sampler_penalize(sampler, masked, V, prompts[b], prompt_lengths[b], out[b].tokens, out[b].length,
+                    sampler_adjust_logits(sampler, masked, V, prompts[b], prompt_lengths[b], out[b].tokens, out[b].length,
                                      &scratch[b]);
                 if (allowed > 0) {
                     picked = sampler_pick(masked, V, sampler, u, &scratch[b]);
@@ -394,7 +394,7 @@ void generate(Model *model, const int *const *prompts, const int *prompt_lengths
                 for (int i = 0; step < options->min_new_tokens && i < options->num_stop_tokens; i++)
                     if (options->stop_tokens[i] >= 0 && options->stop_tokens[i] < V) masked[options->stop_tokens[i]] = -INFINITY;
                 if (penalized)
-                    sampler_penalize(sampler, masked, V, prompts[b], prompt_lengths[b], out[b].tokens, out[b].length,
+                    sampler_adjust_logits(sampler, masked, V, prompts[b], prompt_lengths[b], out[b].tokens, out[b].length,
                                      &scratch[b]);
                 picked = sampler_pick(masked, V, sampler, u, &scratch[b]);
                 picked.logprob = log_softmax_at(row_logits, V, picked.token); // the model's own

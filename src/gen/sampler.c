@@ -133,7 +133,7 @@ static int kept_set(const float *logits, int V, const SamplerConfig *config, Sam
     return count;
 }
 
-void sampler_penalize(const SamplerConfig *config, float *logits, int V, const int *context, int context_length,
+void sampler_adjust_logits(const SamplerConfig *config, float *logits, int V, const int *context, int context_length,
                       const int *generated, int generated_length, SamplerScratch *scratch) {
     CHECK(scratch->vocab_size >= V, "sampler scratch too small");
     int *seen = scratch->seen;
@@ -155,14 +155,20 @@ void sampler_penalize(const SamplerConfig *config, float *logits, int V, const i
                 if (tokens[i] >= 0 && tokens[i] < V) seen[tokens[i]] = 0;
         }
     }
-    if (config->presence_penalty == 0.0f && config->frequency_penalty == 0.0f) return;
-    for (int i = 0; i < generated_length; i++)
-        if (generated[i] >= 0 && generated[i] < V) seen[generated[i]]++;
-    for (int i = 0; i < generated_length; i++) {
-        const int t = generated[i];
-        if (t < 0 || t >= V || seen[t] == 0) continue;
-        logits[t] -= config->frequency_penalty * (float)seen[t] + config->presence_penalty;
-        seen[t] = 0; // (each token once)
+    if (config->presence_penalty != 0.0f || config->frequency_penalty != 0.0f) {
+        for (int i = 0; i < generated_length; i++)
+            if (generated[i] >= 0 && generated[i] < V) seen[generated[i]]++;
+        for (int i = 0; i < generated_length; i++) {
+            const int t = generated[i];
+            if (t < 0 || t >= V || seen[t] == 0) continue;
+            logits[t] -= config->frequency_penalty * (float)seen[t] + config->presence_penalty;
+            seen[t] = 0; // (each token once)
+        }
+    }
+    for (int i = 0; i < config->logit_bias_count; i++) {
+        const int t = config->logit_bias[i].token;
+        CHECK(t >= 0 && t < V, "logit bias of token %d outside the vocabulary of %d", t, V);
+        logits[t] += config->logit_bias[i].bias;
     }
 }
 

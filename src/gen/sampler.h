@@ -1,6 +1,6 @@
 // Choosing the next token from a row of logits: greedy, or sampling with temperature,
 // top-k, top-p and min-p, in that order (as transformers' logits processors apply them),
-// after the penalties on tokens already seen (sampler_penalize: transformers' repetition
+// after the penalties on tokens already seen (sampler_adjust_logits: transformers' repetition
 // penalty, OpenAI's presence and frequency penalties, as vLLM applies them).
 //
 // The random number is given by the caller (gen/generate.c draws it from the counter-based
@@ -8,6 +8,11 @@
 #pragma once
 #include <stdbool.h>
 #include <stdint.h>
+
+typedef struct {
+    int token;
+    float bias;
+} SamplerLogitBias;
 
 typedef struct {
     float temperature; // <= 0 means greedy
@@ -23,13 +28,17 @@ typedef struct {
     // Tokens of the answer so far, each c times: the logit less frequency_penalty * c +
     // presence_penalty (OpenAI's, as vLLM applies them after the repetition penalty). 0 = off.
     float presence_penalty, frequency_penalty;
+    // Added to the logits of these tokens after the penalties (OpenAI's logit_bias: -100 bans a
+    // token, +100 all but forces it). The array is the caller's, alive while the config is used.
+    const SamplerLogitBias *logit_bias;
+    int logit_bias_count;
 } SamplerConfig;
 
-// Whether sampler_penalize changes anything (then the row's logits must be on the host, and
+// Whether sampler_adjust_logits changes anything (then the row's logits must be on the host, and
 // its token history given).
-static inline bool sampler_penalizes(const SamplerConfig *config) {
+static inline bool sampler_adjusts_logits(const SamplerConfig *config) {
     return (config->repetition_penalty > 0.0f && config->repetition_penalty != 1.0f) ||
-           config->presence_penalty != 0.0f || config->frequency_penalty != 0.0f;
+           config->presence_penalty != 0.0f || config->frequency_penalty != 0.0f || config->logit_bias_count > 0;
 }
 
 // What sampler_pick does with a row of V logits: keeps only the top_k largest (top_k in (0,
@@ -65,7 +74,7 @@ typedef struct {
     float *work;
     int *order;          // top-p's sort: the other buffer of each radix pass
     uint32_t *sort_keys; // top-p's sort: each candidate's key, by token id
-    int *seen;           // sampler_penalize: per token, how often the answer holds it (zeros between calls)
+    int *seen;           // sampler_adjust_logits: per token, how often the answer holds it (zeros between calls)
 } SamplerScratch;
 
 void sampler_scratch_init(SamplerScratch *scratch, int vocab_size);
@@ -73,9 +82,10 @@ void sampler_scratch_free(SamplerScratch *scratch);
 
 // The penalties of `config` on logits[0..V) in place: the repetition penalty on every token of
 // context[0..context_length) (the prompt) and generated[0..generated_length) (the answer so
-// far), each once, then the frequency and presence penalties on the answer's. A -INFINITY
-// logit (a masked token) stays so.
-void sampler_penalize(const SamplerConfig *config, float *logits, int V, const int *context, int context_length,
+// far), each once, then the frequency and presence penalties on the answer's, then the logit
+// biases (a token outside [0, V) is an internal error: callers check ids). A -INFINITY logit
+// (a masked token) stays so.
+void sampler_adjust_logits(const SamplerConfig *config, float *logits, int V, const int *context, int context_length,
                       const int *generated, int generated_length, SamplerScratch *scratch);
 
 // Greedy decoding's token: the first of the largest logits.

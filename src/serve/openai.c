@@ -2,6 +2,7 @@
 
 #include <jansson.h>
 #include <limits.h>
+#include <stdlib.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -75,11 +76,33 @@ static int get_bool(json_t *root, const char *key, bool *out, OpenAIError *err) 
 
 // Parameters marlhf does not implement are refused rather than silently ignored, unless
 // they hold the value that changes nothing.
-static int check_unsupported(json_t *root, OpenAIKind kind, OpenAIError *err) {
+// OpenAI's logit_bias: {"token id": bias, ...}, ids as decimal strings (their range is the
+// server's to check: the vocabulary is the model's), biases in [-100, 100].
+#define OPENAI_MAX_LOGIT_BIAS 1024
+static int parse_logit_bias(json_t *root, OpenAIRequest *req, OpenAIError *err) {
     json_t *v = get(root, "logit_bias");
-    if (v && (!json_is_object(v) || json_object_size(v) > 0))
-        return bad_param(err, "logit_bias", "'logit_bias' is not supported");
-    v = get(root, "echo");
+    if (!v || json_is_null(v)) return 0;
+    if (!json_is_object(v)) return bad_param(err, "logit_bias", "'logit_bias' must be an object of token ids to biases");
+    if (json_object_size(v) > OPENAI_MAX_LOGIT_BIAS)
+        return bad_param(err, "logit_bias", "'logit_bias' holds %zu tokens, at most %d", json_object_size(v),
+                         OPENAI_MAX_LOGIT_BIAS);
+    req->logit_bias = xcalloc(json_object_size(v) + 1, sizeof(SamplerLogitBias));
+    const char *key;
+    json_t *bias;
+    json_object_foreach(v, key, bias) {
+        char *end;
+        const long id = strtol(key, &end, 10);
+        if (!*key || *end || id < 0 || id > INT_MAX)
+            return bad_param(err, "logit_bias", "'logit_bias' keys must be token ids, got '%.40s'", key);
+        if (!json_is_number(bias) || !(json_number_value(bias) >= -100 && json_number_value(bias) <= 100))
+            return bad_param(err, "logit_bias", "'logit_bias' values must be numbers in [-100, 100] (token %ld)", id);
+        req->logit_bias[req->logit_bias_count++] = (SamplerLogitBias){(int)id, (float)json_number_value(bias)};
+    }
+    return 0;
+}
+
+static int check_unsupported(json_t *root, OpenAIKind kind, OpenAIError *err) {
+    json_t *v = get(root, "echo");
     if (v && !json_is_false(v)) return bad_param(err, "echo", "'echo' is not supported");
     v = get(root, "best_of");
     if (v && !(json_is_integer(v) && json_integer_value(v) == 1))
@@ -609,6 +632,7 @@ static int parse_fields(json_t *root, OpenAIKind kind, const OpenAILimits *limit
     if (get_number(root, "frequency_penalty", -2, 2, false, &req->frequency_penalty, err) != 0) return -1;
     if (get_number(root, "min_p", 0, 1, false, &req->min_p, err) != 0) return -1;
     if (get_number(root, "repetition_penalty", 0, 100, true, &req->repetition_penalty, err) != 0) return -1;
+    if (parse_logit_bias(root, req, err) != 0) return -1;
     if (get(root, "seed")) {
         if (get_int(root, "seed", LLONG_MIN, LLONG_MAX, &seed, err) != 0) return -1;
         req->has_seed = true;
@@ -672,6 +696,7 @@ void openai_request_free(OpenAIRequest *req) {
     }
     free(req->tools_json);
     free(req->template_kwargs_json);
+    free(req->logit_bias);
     free(req->tool_choice_name);
     constraint_free(req->constraint);
     free(req->messages);

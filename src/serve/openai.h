@@ -7,13 +7,14 @@
 // user, assistant; content a string or a list of {"type": "text", "text"} parts) or
 // prompt (a string, a list of one string, or token ids), max_tokens (alias
 // max_completion_tokens; 1..limit), temperature [0, 2] (0 = greedy), top_p (0, 1], top_k
-// (extension; 0 or -1 = off), presence_penalty and frequency_penalty [-2, 2], min_p [0, 1] and
+// (extension; 0 or -1 = off), presence_penalty and frequency_penalty [-2, 2], logit_bias (an
+// object of up to 1,024 token ids, as decimal strings, to biases in [-100, 100]), min_p [0, 1] and
 // repetition_penalty (0, 100] (vLLM's extensions; gen/sampler.h), seed, stop (a string or up to 4), n (choices, 1..16), stream,
 // stream_options.include_usage, and log-probs: chat's logprobs (a boolean) with
 // top_logprobs (0..20; more than 0 only with logprobs true), completions' logprobs (0..5:
 // the alternatives per token; null, false or absent = none; their top_logprobs only 0).
-// Parameters that would change the output in ways marlhf does not implement (logit_bias,
-// echo, best_of > 1, the deprecated functions / function_call) are refused when
+// Parameters that would change the output in ways marlhf does not implement (echo,
+// best_of > 1, the deprecated functions / function_call) are refused when
 // set to anything but their neutral value; other unknown keys are ignored.
 //
 // Tool calling (chat): tools ([{"type": "function", "function": {"name", "description",
@@ -95,6 +96,7 @@
 
 #include "chat/chat_template.h"
 #include "gen/constraint.h"
+#include "gen/sampler.h"
 
 typedef enum { OPENAI_CHAT, OPENAI_COMPLETION } OpenAIKind;
 
@@ -132,6 +134,8 @@ typedef struct {
     double presence_penalty, frequency_penalty; // [-2, 2]; 0 = off
     double min_p;                               // [0, 1] (vLLM's extension); 0 = off
     double repetition_penalty;                  // (0, 100] (vLLM's extension); 1 = off
+    SamplerLogitBias *logit_bias;               // OpenAI's: token id (checked by the server) -> [-100, 100]
+    int logit_bias_count;
     bool has_seed;
     uint64_t seed;
     char *stop[OPENAI_MAX_STOP]; // non-empty strings

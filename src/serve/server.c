@@ -130,6 +130,7 @@ struct Job {
     int num_ids;
     int max_new;
     SamplerConfig sampler;
+    SamplerLogitBias *logit_bias; // the request's (sampler.logit_bias points here)
     uint64_t seed;
     char *stop[OPENAI_MAX_STOP];
     int num_stop;
@@ -200,6 +201,7 @@ struct RewardJob {
 static void job_unref_locked(Job *job) {
     if (--job->refs > 0) return;
     free(job->ids);
+    free(job->logit_bias);
     for (int i = 0; i < job->num_stop; i++) free(job->stop[i]);
     for (int i = 0; i < job->num_choices; i++) {
         Choice *choice = &job->choices[i];
@@ -1112,6 +1114,11 @@ static int prompt_ids(Server *s, const OpenAIRequest *req, int **ids, int *count
     const char *param = req->kind == OPENAI_CHAT ? "messages" : "prompt";
     *ids = NULL;
     *count = 0;
+    for (int i = 0; i < req->logit_bias_count; i++)
+        if (req->logit_bias[i].token >= tm->model.config.vocab_size)
+            return openai_error_set(err, 400, "invalid_request_error", "logit_bias", "invalid_value",
+                                    "logit_bias token %d is not a token id of this model (vocabulary %d)",
+                                    req->logit_bias[i].token, tm->model.config.vocab_size);
     if (req->kind == OPENAI_CHAT) {
         if (!tm->has_chat)
             return openai_error_set(err, 400, "invalid_request_error", "messages", "no_chat_template",
@@ -1206,6 +1213,8 @@ static Job *job_new(Server *s, OpenAIRequest *req, int *ids, int count, uint64_t
                                    .repetition_penalty = (float)req->repetition_penalty,
                                    .presence_penalty = (float)req->presence_penalty,
                                    .frequency_penalty = (float)req->frequency_penalty};
+    job->logit_bias = req->logit_bias, req->logit_bias = NULL; // the job's from here
+    job->sampler.logit_bias = job->logit_bias, job->sampler.logit_bias_count = req->logit_bias_count;
     job->seed = req->has_seed ? req->seed : number;
     for (int i = 0; i < req->num_stop; i++) {
         job->stop[i] = req->stop[i];

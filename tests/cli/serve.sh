@@ -459,6 +459,25 @@ expect_api_error prompt_missing 400 "" POST /v1/completions '{"max_tokens": 3}'
 expect_api_error prompt_bad_token_id 400 "" POST /v1/completions '{"prompt": [5, 99999999]}'
 python3 -c 'import json; print(json.dumps({"messages": [{"role": "user", "content": "hello " * 400}]}))' > "$tmp/long.json"
 expect_api_error prompt_too_long 400 context_length_exceeded POST /v1/chat/completions "@$tmp/long.json"
+# OpenAI's logit_bias: +100 on one token makes every greedy token that one (the text of its id
+# four times, as `marlhf tokenize --decode` spells it); -100 on the greedy answer's first token
+# turns it away from it; a token id outside the vocabulary, a key that is no id or a bias out of
+# [-100, 100] is a 400 naming logit_bias.
+forced=$(echo '{"ids": [83, 83, 83, 83]}' | "$bin" tokenize --model "$model" --decode --input - 2>/dev/null |
+    python3 -c 'import json, sys; print(json.load(sys.stdin)["text"])')
+status=$(request POST /v1/completions '{"prompt": "Hello", "max_tokens": 4, "temperature": 0, "logit_bias": {"83": 100}}')
+got=$(python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["choices"][0]["text"])' "$tmp/body" 2>/dev/null)
+first_id=$("$bin" generate --model "$model" --greedy --max-new-tokens 4 --threads 1 Hello 2>/dev/null |
+    python3 -c 'import json, sys; print(json.load(sys.stdin)["ids"][0])')
+status2=$(request POST /v1/completions "{\"prompt\": \"Hello\", \"max_tokens\": 1, \"temperature\": 0, \"logprobs\": 1, \"logit_bias\": {\"$first_id\": -100}}")
+banned=$(python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["choices"][0]["text"])' "$tmp/body" 2>/dev/null)
+plain=$(echo "{\"ids\": [$first_id]}" | "$bin" tokenize --model "$model" --decode --input - 2>/dev/null |
+    python3 -c 'import json, sys; print(json.load(sys.stdin)["text"])')
+[ "$status" = 200 ] && [ -n "$forced" ] && [ "$got" = "$forced" ] && [ "$status2" = 200 ] && [ -n "$first_id" ] &&
+    [ "$banned" != "$plain" ] && pass logit_bias || fail logit_bias "status $status/$status2 forced '$got' vs '$forced', banned '$banned' vs '$plain'"
+expect_api_error logit_bias_token_range 400 "" POST /v1/chat/completions "{$msg, \"logit_bias\": {\"99999999\": 5}}"
+expect_api_error logit_bias_key 400 "" POST /v1/chat/completions "{$msg, \"logit_bias\": {\"abc\": 5}}"
+expect_api_error logit_bias_value 400 "" POST /v1/chat/completions "{$msg, \"logit_bias\": {\"5\": 101}}"
 expect_api_error frequency_penalty_range 400 "" POST /v1/chat/completions "{$msg, \"frequency_penalty\": 2.5}"
 expect_api_error presence_penalty_string 400 "" POST /v1/chat/completions "{$msg, \"presence_penalty\": \"1\"}"
 expect_api_error repetition_penalty_zero 400 "" POST /v1/chat/completions "{$msg, \"repetition_penalty\": 0}"
