@@ -91,7 +91,7 @@ int cmd_chat(int argc, char **argv) {
     OptionSet set = {"chat", "Chat with a model interactively; replies stream as they are generated.",
                      "marlhf chat --model PATH [--system TEXT]", options, sizeof options / sizeof options[0], NULL, 0, 0};
     options_parse(&set, argc, argv);
-    sampler_extras_apply(&extras, &(SamplerConfig){0}); // checked now, set below
+    sampler_extras_check(&extras);
     cli_set_batch_invariant(&set, device);
     if (max_new_tokens < 1) die_user("--max-new-tokens must be positive, got %ld", max_new_tokens);
     if (prompt_cache != 0 && prompt_cache != 1) die_user("--prompt-cache must be 0 or 1, got %ld", prompt_cache);
@@ -176,7 +176,7 @@ int cmd_chat(int argc, char **argv) {
             .owner = &chat_turn,
             .constraint = constraint,
         };
-        sampler_extras_apply(&extras, &sequence.sampler);
+        sampler_extras_apply(&extras, &sequence.sampler, tm.model.config.vocab_size);
         SequenceRequest request = {ids, length, &sequence, 1, 0};
         continuous_batch_add(batch, &request, 1);
         while (!chat_turn.finished) continuous_batch_step(batch);
@@ -200,5 +200,6 @@ int cmd_chat(int argc, char **argv) {
     token_trie_free((TokenTrie *)batch_options.token_trie);
     constraint_free(constraint);
     text_model_free(&tm);
+    sampler_extras_free(&extras);
     return 0;
 }

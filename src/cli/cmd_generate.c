@@ -211,7 +211,7 @@ int cmd_generate(int argc, char **argv) {
                      "marlhf generate --model PATH [--chat] [PROMPT ...] | --input FILE.jsonl", options,
                      sizeof options / sizeof options[0], positional, 64, 0};
     options_parse(&set, argc, argv);
-    sampler_extras_apply(&extras, &(SamplerConfig){0}); // checked now, set below
+    sampler_extras_check(&extras);
     cli_set_batch_invariant(&set, device);
     if (!input && set.num_positional == 0) die_user("give prompts as arguments or --input FILE.jsonl (marlhf generate --help)");
     if (input && set.num_positional > 0) die_user("give prompts either as arguments or with --input, not both");
@@ -280,7 +280,7 @@ int cmd_generate(int argc, char **argv) {
         .constraint = constraint,
         .token_trie = constraint ? token_trie_new(tm.tokenizer, tm.model.config.vocab_size) : NULL,
     };
-    sampler_extras_apply(&extras, &gen.sampler);
+    sampler_extras_apply(&extras, &gen.sampler, tm.model.config.vocab_size);
     // Output row v answers prompt v / N (N = --num-return-sequences): its sample v % N.
     const int N = (int)sequences, prompt_count = count;
     count = prompt_count * N;
@@ -359,5 +359,6 @@ int cmd_generate(int argc, char **argv) {
     token_trie_free((TokenTrie *)gen.token_trie);
     constraint_free(constraint);
     text_model_free(&tm);
+    sampler_extras_free(&extras);
     return 0;
 }

@@ -192,7 +192,7 @@ int cmd_infer(int argc, char **argv) {
                      "marlhf infer --model POLICY --reward-model RM --data FILE.jsonl [options]", options,
                      sizeof options / sizeof options[0], NULL, 0, 0};
     options_parse(&set, argc, argv);
-    sampler_extras_apply(&extras, &(SamplerConfig){0}); // checked now, set below
+    sampler_extras_check(&extras);
     cli_set_batch_invariant(&set, device);
     quantize = quantize_default(quantize, model_path);
     if (quantize_type_check(quantize, "--quantize") != 0) die_from_err();
@@ -328,7 +328,7 @@ int cmd_infer(int argc, char **argv) {
             .num_stop_tokens = policy.num_stop_tokens,
             .pad_token = tokenizer_pad_id(tokenizer) >= 0 ? tokenizer_pad_id(tokenizer) : 0,
         };
-        sampler_extras_apply(&extras, &gen.sampler);
+        sampler_extras_apply(&extras, &gen.sampler, policy.model.config.vocab_size);
         for (long first = rank * batch; first < n; first += world * batch) {
             const int count_here = (int)(first + batch <= n ? batch : n - first), rows = count_here * (int)N;
             GeneratedRow *out = xcalloc(rows, sizeof(GeneratedRow));
@@ -417,5 +417,6 @@ int cmd_infer(int argc, char **argv) {
     if (!ref_scores) text_model_free(&policy);
     else tokenizer_free(tokenizer);
     dataset_free(&data);
+    sampler_extras_free(&extras);
     return 0;
 }

@@ -365,7 +365,7 @@ int cmd_ppo(int argc, char **argv) {
                      "marlhf ppo --actor-model SFT --reward-model RM --prompts FILE --output RUN_DIR [options]", options,
                      count, NULL, 0, 0};
     options_parse(&set, argc, argv);
-    sampler_extras_apply(&extras, &(SamplerConfig){0}); // checked now, set below
+    sampler_extras_check(&extras);
     cli_set_batch_invariant(&set, device);
 
     if (reference_quantize && quantize_type_check(reference_quantize, "--reference-quantize") != 0) die_from_err();
@@ -539,7 +539,7 @@ int cmd_ppo(int argc, char **argv) {
     c.min_response_tokens = (int)min_response;
     c.min_new_tokens = (int)min_new;
     c.sampler = (SamplerConfig){.temperature = (float)temperature, .top_k = (int)top_k, .top_p = (float)top_p};
-    sampler_extras_apply(&extras, &c.sampler);
+    sampler_extras_apply(&extras, &c.sampler, 0);
     c.actor_lr = actor_lr, c.critic_lr = critic_lr, c.weight_decay = weight_decay, c.warmup_ratio = warmup_ratio;
     c.clip_norm = clip_norm;
     c.advantage.kl_coef = (float)kl_coef, c.advantage.reward_clip = (float)reward_clip;
@@ -657,6 +657,7 @@ int cmd_ppo(int argc, char **argv) {
     c.actor_quantize = actor_quantize, c.critic_quantize = critic_quantize;
     cli_set_threads(threads);
     int rc = ppo_run(&c);
+    sampler_extras_free(&extras);
     if (rc == PPO_STOPPED_BY_ALARM) return PPO_STOPPED_BY_ALARM; // its line is printed
     if (rc != 0) die_from_err();
     if (!quiet) fprintf(stderr, "ppo: final actor in %s/final/actor\n", output);

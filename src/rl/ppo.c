@@ -1627,6 +1627,10 @@ static int setup(Ppo *p) {
     ModelConfig actor_config;
     if (model_read_config(&actor_config, c->actor_path) != 0) return -1;
     const int actor_context = actor_config.max_position_embeddings;
+    for (int i = 0; i < c->sampler.logit_bias_count; i++)
+        if (c->sampler.logit_bias[i].token >= actor_config.vocab_size)
+            return err_set("option --logit-bias: token %d is not in the actor's vocabulary of %d",
+                           c->sampler.logit_bias[i].token, actor_config.vocab_size);
     if (load_prompts(c, c->prompts_path, true, p->tokenizer, actor_context, &p->prompts) != 0) return -1;
     if (c->eval_prompts_path &&
         load_prompts(c, c->eval_prompts_path, false, p->tokenizer, actor_context, &p->eval_prompts) != 0)

@@ -57,6 +57,14 @@ print(f"penalized: {penalized!r}; plain: {plain!r}; chat: {sys.argv[3]!r}", file
 sys.exit(0 if penalized != plain and penalized.strip() and penalized.strip() in sys.argv[3] else 1)
 PYEOF
     pass repetition_penalty_changes_greedy || fail repetition_penalty_changes_greedy "$penalized"
+# --logit-bias ID:100 makes every greedy token that one (the ids written are all ID); an id
+# outside the vocabulary or a malformed list is a one-line error.
+biased=$("$bin" generate --model "$model" --greedy --max-new-tokens 5 --logit-bias 330:100 "Hello" 2>/dev/null |
+    python3 -c 'import json, sys; print(json.load(sys.stdin)["ids"])')
+[ "$biased" = "[330, 330, 330, 330, 330]" ] && pass logit_bias_forces_a_token || fail logit_bias_forces_a_token "$biased"
+expect_error logit_bias_vocabulary "token 999999 is not in the model's vocabulary" "$bin" generate --model "$model" \
+    --logit-bias 999999:1 hello
+expect_error logit_bias_format "--logit-bias must be ID:BIAS pairs" "$bin" chat --model "$model" --logit-bias 5:200
 expect_error min_p_range "--min-p must be in [0, 1]" "$bin" generate --model "$model" --min-p 1.5 hello
 expect_error repetition_penalty_range "--repetition-penalty must be positive" "$bin" generate --model "$model" \
     --repetition-penalty 0 hello

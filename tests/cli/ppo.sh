@@ -472,6 +472,8 @@ ok &= abs(penalised["train/score"] - (plain["train/score"] - 0.5 * cut)) < 1e-6
 sys.exit(0 if ok else 1)
 PYEOF
     pass ppo_missing_eos_penalty || fail ppo_missing_eos_penalty "$(tail -n 2 "$tmp/eos_0.5.err")"
+expect_error ppo_logit_bias_vocabulary "token 5000 is not in the actor's vocabulary" "$bin" ppo "${common[@]}" \
+    --logit-bias 5000:1 --output "$tmp/x"
 expect_error ppo_missing_eos_penalty_negative "--missing-eos-penalty must be >= 0" "$bin" ppo "${common[@]}" \
     --missing-eos-penalty -1 --output "$tmp/x"
 # --critic-warmup-iterations (OpenRLHF's freezing_actor_steps): in the first iteration the critic
