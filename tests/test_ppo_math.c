@@ -160,7 +160,7 @@ static void test_group_advantages_against_trl(void) {
         for (int g = 0; g < G; g++) lengths[g] = (int)json_integer_value(json_array_get(json_object_get(c, "lengths"), g));
         group_advantages(ESTIMATOR_OPO, r, lengths, G, got);
         for (int g = 0; g < G; g++) {
-            char what[64];
+            char what[96];
             snprintf(what, sizeof what, "opo group %zu (G=%d) element %d", index, G, g);
             EXPECT_CLOSE(got[g], json_real_value(json_array_get(json_object_get(c, "opo"), g)), 1e-12, 1e-9, what);
         }
