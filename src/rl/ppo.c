@@ -628,24 +628,35 @@ static int score_rollout(Ppo *p, const Rollout *r, RolloutStats *stats) {
 // are not trained on. Returns 0, or -1 with err_set() on every rank when a rank's reward
 // command or server failed.
 static int remax_baselines(Ppo *p, const long *order, long count, Sample *samples, GenerateStats *gen) {
-    Sample *greedy = xcalloc((size_t)count + 1, sizeof(Sample));
+    // One greedy answer per distinct prompt (a group's samples share theirs): unique[u] is the
+    // u-th distinct prompt of order[], which_unique[i] sample i's.
+    long *unique = xmalloc(((size_t)count + 1) * sizeof(long)), *which_unique = xmalloc(((size_t)count + 1) * sizeof(long));
+    long distinct = 0;
+    for (long i = 0; i < count; i++) {
+        long u = 0;
+        while (u < distinct && unique[u] != order[i]) u++;
+        if (u == distinct) unique[distinct++] = order[i];
+        which_unique[i] = u;
+    }
+    Sample *greedy = xcalloc((size_t)distinct + 1, sizeof(Sample));
     const SamplerConfig argmax = {.temperature = 0.0f};
-    rollout(p, &p->prompts, order, count, 0, 0, 1, greedy, gen, &argmax);
+    rollout(p, &p->prompts, unique, distinct, 0, 0, 1, greedy, gen, &argmax);
     dist_weights_drain(&p->actor); // ZeRO-3: the ranks' decode steps differ in number
-    Sample **pointers = xmalloc(((size_t)count + 1) * sizeof(Sample *));
-    float *scores = xmalloc(((size_t)count + 1) * sizeof(float));
-    for (long i = 0; i < count; i++) pointers[i] = &greedy[i], greedy[i].gold = response_gold(p, &greedy[i]);
-    const bool failed = score_samples(p, &p->prompts, pointers, (int)count, scores, NULL) != 0;
+    Sample **pointers = xmalloc(((size_t)distinct + 1) * sizeof(Sample *));
+    float *scores = xmalloc(((size_t)distinct + 1) * sizeof(float));
+    for (long u = 0; u < distinct; u++) pointers[u] = &greedy[u], greedy[u].gold = response_gold(p, &greedy[u]);
+    const bool failed = score_samples(p, &p->prompts, pointers, (int)distinct, scores, NULL) != 0;
     dist_weights_drain(&p->reward); // ZeRO-3: the ranks score different numbers of rows
     for (long i = 0; i < count && !failed; i++) {
-        const Sample *g = &greedy[i];
+        const Sample *g = &greedy[which_unique[i]];
         const bool truncated = g->stop != STOP_TOKEN && g->stop != STOP_CHECK;
-        samples[i].baseline = scores[i] + overlong_penalty(g->response_length, p->c.max_new_tokens, p->c.overlong_buffer,
-                                                           (float)p->c.overlong_penalty) -
+        samples[i].baseline = scores[which_unique[i]] +
+                              overlong_penalty(g->response_length, p->c.max_new_tokens, p->c.overlong_buffer,
+                                               (float)p->c.overlong_penalty) -
                               (truncated ? (float)p->c.missing_eos_penalty : 0.0f);
     }
-    for (long i = 0; i < count; i++) sample_free(&greedy[i]);
-    free(greedy), free(pointers), free(scores);
+    for (long u = 0; u < distinct; u++) sample_free(&greedy[u]);
+    free(greedy), free(pointers), free(scores), free(unique), free(which_unique);
     if (dist_any_failed(failed)) {
         if (!failed) err_set("another rank's reward command or server failed");
         return -1;
