@@ -375,6 +375,55 @@ static void test_policy_losses_against_trl(void) {
         gmpo_cases++;
     }
     EXPECT(gmpo_cases == 12 && gmpo_clipped > 0, "%d GMPO cases, %d with clipped tokens", gmpo_cases, gmpo_clipped);
+    // verl's KL-Cov over a micro-batch of responses: the same tokens penalised, and the
+    // token-mean loss (the unclipped term plus the penalty) and its gradient.
+    int kl_cov_cases = 0;
+    json_array_foreach(json_object_get(root, "kl_cov"), index, c) {
+        PpoLossConfig config = {.policy_loss = POLICY_LOSS_KL_COV,
+                                .kl_cov_ratio = (float)json_number_value(json_object_get(c, "kl_cov_ratio")),
+                                .kl_cov_coef = (float)json_number_value(json_object_get(c, "ppo_kl_coef"))};
+        json_t *lengths = json_object_get(c, "lengths");
+        const int B = (int)json_array_size(lengths);
+        float logp_old[64], logp_new[64], advantages[64], grad[64] = {0};
+        int first[8], R[8], n = 0, segments[64];
+        for (int b = 0; b < B; b++) {
+            first[b] = n;
+            R[b] = floats(json_array_get(json_object_get(c, "logp_old"), b), logp_old + n);
+            floats(json_array_get(json_object_get(c, "logp_new"), b), logp_new + n);
+            floats(json_array_get(json_object_get(c, "advantages"), b), advantages + n);
+            n += R[b];
+        }
+        for (int t = 0; t < n; t++) segments[t] = 1;
+        unsigned char selected[64];
+        kl_cov_tokens(advantages, logp_new, n, config.kl_cov_ratio, selected);
+        double loss = 0;
+        const float scale = 1.0f / n; // token-mean over the micro-batch
+        for (int b = 0; b < B; b++) {
+            float want[16];
+            floats(json_array_get(json_object_get(c, "selected"), b), want);
+            for (int t = 0; t < R[b]; t++)
+                EXPECT(selected[first[b] + t] == (want[t] != 0), "KL-Cov case %zu response %d token %d selected", index,
+                       b, t);
+            loss += scale * ppo_policy_loss(&config, logp_new + first[b], logp_old + first[b], advantages + first[b],
+                                            segments, R[b], R[b], scale, grad + first[b], NULL);
+            loss += scale * config.kl_cov_coef *
+                    ppo_kl_cov_term(logp_new + first[b], logp_old + first[b], selected + first[b], R[b],
+                                    config.kl_cov_coef, scale, grad + first[b]);
+        }
+        char what[96];
+        snprintf(what, sizeof what, "KL-Cov case %zu loss", index);
+        EXPECT_CLOSE(loss, json_number_value(json_object_get(c, "loss")), 1e-6, 1e-5, what);
+        for (int b = 0; b < B; b++) {
+            float want[16];
+            floats(json_array_get(json_object_get(c, "grad"), b), want);
+            for (int t = 0; t < R[b]; t++) {
+                snprintf(what, sizeof what, "KL-Cov case %zu d loss / d logp[%d][%d]", index, b, t);
+                EXPECT_CLOSE(grad[first[b] + t], want[t], 1e-6, 1e-4, what);
+            }
+        }
+        kl_cov_cases++;
+    }
+    EXPECT(kl_cov_cases == 3, "%d KL-Cov cases", kl_cov_cases);
     EXPECT(dropped > 0 && zero_weights > 0 && clamped_weights > 0,
            "the cases drop %d responses, zero %d weights, clamp %d (each must be some)", dropped, zero_weights,
            clamped_weights);

@@ -15,7 +15,7 @@ GRPOTrainer (developers only; CI never runs Python). From trl/trainer/grpo_train
   and from TRL 1.16: delta (grpo's coef_1 clamped at it before the min) and top_entropy_quantile
   (get_high_entropy_mask: the per-token loss times entropy >= torch.quantile(entropies, 1 - rho)),
   the importance sampling of generation's log-probs and off-policy masking, the bias-corrected
-  KL term, and the experimental GMPOTrainer's loss (below)
+  KL term, the experimental GMPOTrainer's loss, and verl's KL-Cov (below)
 The gradients d loss / d logp_new come from torch autograd in float64.
 Writes tests/fixtures/ppo/grpo_losses.json: {"losses": [{"loss_type", "level", "epsilon_low",
 "epsilon_high", "cispo_max", "tau_pos", "tau_neg", "logp_old", "logp_new", "advantage", "loss",
@@ -24,7 +24,8 @@ Writes tests/fixtures/ppo/grpo_losses.json: {"losses": [{"loss_type", "level", "
 "clip_max", "threshold" (-1: none), "epsilon_low", "epsilon_high", "logp_old", "logp_sampling", "logp_new",
 "advantage", "weights", "kept", "loss", "grad"}], "kl_bias_correction": [{"level", "beta", "epsilon_low",
 "epsilon_high", "logp_old", "logp_ref", "logp_new", "advantage", "loss", "grad"}], "gmpo": [{"epsilon_low",
-"epsilon_high", "logp_old", "logp_new", "advantage", "loss", "grad"}]}.
+"epsilon_high", "logp_old", "logp_new", "advantage", "loss", "grad"}], "kl_cov": [{"lengths", "kl_cov_ratio",
+"ppo_kl_coef", "logp_old", "logp_new", "advantages", "selected", "loss", "grad"} (per response, lists)]}.
 usage: .venv-tools/bin/python tools/make_grpo_loss_fixtures.py
 """
 import json
@@ -243,9 +244,55 @@ for advantage in [1.3, -0.7]:
         for eps_low, eps_high in [(0.4, 0.4), (0.2, 0.3)]:
             gmpo.append(gmpo_case(advantage, R, spread, eps_low, eps_high))
 
+
+
+def kl_cov_case(lengths, kl_cov_ratio, ppo_kl_coef):
+    """verl's compute_policy_loss_kl_cov (core_algos.py, written out: verl is not installed) on one
+    micro-batch of responses with these lengths, token-varying advantages: -A ratio, and on the
+    max(1, int(n kl_cov_ratio)) tokens of largest (A - mean A)(logp - mean logp) over the valid
+    tokens (torch.topk) -A ratio + ppo_kl_coef |logp - old|; token-mean aggregation; autograd."""
+    B, T = len(lengths), max(lengths)
+    mask = torch.zeros(B, T, dtype=torch.float64)
+    for b, n in enumerate(lengths):
+        mask[b, :n] = 1
+    old = torch.tensor([[rng.uniform(-4.0, -0.2) for _ in range(T)] for _ in range(B)], dtype=torch.float64)
+    new = (old + torch.tensor([[rng.gauss(0, 0.3) for _ in range(T)] for _ in range(B)], dtype=torch.float64))
+    new = new.requires_grad_()
+    advantages = torch.tensor([[rng.gauss(0, 1) for _ in range(T)] for _ in range(B)], dtype=torch.float64)
+    negative_approx_kl = new - old
+    abs_kl = negative_approx_kl.abs()
+    ratio = torch.exp(negative_approx_kl)
+    pg_losses1 = -advantages * ratio
+    pg_losses_kl = -advantages * ratio + ppo_kl_coef * abs_kl
+    pg_losses = pg_losses1.clone()
+    all_valid = mask > 0
+    all_valid_idx = torch.nonzero(all_valid.reshape(-1), as_tuple=True)[0]
+    all_valid_adv = advantages[all_valid].detach().reshape(-1)
+    all_valid_logp = new[all_valid].detach().reshape(-1)
+    cov_lst_all = (all_valid_adv - all_valid_adv.mean()) * (all_valid_logp - all_valid_logp.mean())
+    k_percent_nums = max(1, int(len(cov_lst_all) * kl_cov_ratio))
+    large_cov_idxs = all_valid_idx[torch.topk(cov_lst_all, k_percent_nums, largest=True).indices]
+    rows, cols = large_cov_idxs // T, large_cov_idxs % T
+    pg_losses[rows, cols] = pg_losses_kl[rows, cols]
+    loss = (pg_losses * mask).sum() / mask.sum()
+    loss.backward()
+    selected = torch.zeros(B, T, dtype=torch.int64)
+    selected[rows, cols] = 1
+    return {"lengths": lengths, "kl_cov_ratio": kl_cov_ratio, "ppo_kl_coef": ppo_kl_coef,
+            "logp_old": [old[b, :n].tolist() for b, n in enumerate(lengths)],
+            "logp_new": [new[b, :n].detach().tolist() for b, n in enumerate(lengths)],
+            "advantages": [advantages[b, :n].tolist() for b, n in enumerate(lengths)],
+            "selected": [selected[b, :n].tolist() for b, n in enumerate(lengths)], "loss": loss.item(),
+            "grad": [new.grad[b, :n].tolist() for b, n in enumerate(lengths)]}
+
+
+# verl's KL-Cov, drawn last for the same reason.
+kl_cov = [kl_cov_case([4, 6, 5], 0.2, 1.0), kl_cov_case([7, 3], 0.0002, 1.0), kl_cov_case([5, 5, 2, 8], 0.1, 0.5)]
+
 path = os.path.join(os.path.dirname(__file__), "..", "tests/fixtures/ppo/grpo_losses.json")
 with open(path, "w") as f:
     json.dump({"losses": losses, "batch_scaling": batch_scaling, "rollout_correction": rollout_correction,
-               "kl_bias_correction": kl_bias_correction, "gmpo": gmpo}, f)
+               "kl_bias_correction": kl_bias_correction, "gmpo": gmpo, "kl_cov": kl_cov}, f)
 print("wrote", path, len(losses), "loss cases,", len(batch_scaling), "batches,", len(rollout_correction),
-      "rollout-correction cases,", len(kl_bias_correction), "KL bias-correction cases,", len(gmpo), "GMPO cases")
+      "rollout-correction cases,", len(kl_bias_correction), "KL bias-correction cases,", len(gmpo), "GMPO cases,",
+      len(kl_cov), "KL-Cov micro-batches")

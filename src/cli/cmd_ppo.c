@@ -105,6 +105,7 @@ int cmd_ppo(int argc, char **argv) {
     double off_policy_mask_threshold = -1;
     char *rollout_correction = "none";
     bool kl_loss_bias_correction = false;
+    double kl_cov_ratio = c.loss.kl_cov_ratio, kl_cov_coef = c.loss.kl_cov_coef;
     long critic_warmup_iterations = 0;
     SamplerExtrasCli extras = SAMPLER_EXTRAS_CLI_DEFAULTS;
     Option options[176] = {
@@ -185,7 +186,12 @@ int cmd_ppo(int argc, char **argv) {
          "ppo (clipped ratio) | cispo (clipped, gradient-free token weights; MiniMax-M1) | sapo (soft gate) | vespo "
          "(gradient-free gamma weight of the response's ratio) | luspo (ppo with --ratio sequence and "
          "--loss-aggregation seq-mean-token-sum) | gmpo (the geometric mean of the log-clipped token ratios; "
-         "--cliprange 0.4 by default, in log space)", false, false},
+         "--cliprange 0.4 by default, in log space) | kl_cov (unclipped, a KL penalty on the tokens of largest "
+         "advantage-log-prob covariance)", false, false},
+        {"kl-cov-ratio", "kl_cov_ratio", OPT_FLOAT, &kl_cov_ratio,
+         "--policy-loss kl_cov: the fraction of a micro-batch's tokens penalised (verl's; at least one)", false, false},
+        {"kl-cov-coef", "ppo_kl_coef", OPT_FLOAT, &kl_cov_coef,
+         "--policy-loss kl_cov: the weight of their |logp - old logp| (verl's ppo_kl_coef)", false, false},
         {"cispo-max-weight", "cispo_max_weight", OPT_FLOAT, &cispo_max_weight,
          "--policy-loss cispo: the token weight's cap (TRL's epsilon_high for cispo)", false, false},
         {"sapo-temperature-pos", "sapo_temperature_pos", OPT_FLOAT, &sapo_temperature_pos,
@@ -398,11 +404,15 @@ int cmd_ppo(int argc, char **argv) {
     // over its tokens: a name for three settings.
     const bool luspo = !strcmp(policy_loss, "luspo");
     if (policy_loss_kind_from_name(luspo ? "ppo" : policy_loss, &c.loss.policy_loss) != 0)
-        die_user("option --policy-loss must be ppo, cispo, sapo, vespo, luspo or gmpo, got '%s'", policy_loss);
-    if ((c.loss.policy_loss == POLICY_LOSS_VESPO || c.loss.policy_loss == POLICY_LOSS_GMPO) && ratio &&
+        die_user("option --policy-loss must be ppo, cispo, sapo, vespo, luspo, gmpo or kl_cov, got '%s'", policy_loss);
+    if (!(kl_cov_ratio > 0 && kl_cov_ratio <= 1) || !(kl_cov_coef >= 0) || !isfinite(kl_cov_coef))
+        die_user("options --kl-cov-ratio must be in (0, 1] and --kl-cov-coef >= 0, got %g and %g", kl_cov_ratio,
+                 kl_cov_coef);
+    c.loss.kl_cov_ratio = (float)kl_cov_ratio, c.loss.kl_cov_coef = (float)kl_cov_coef;
+    if ((c.loss.policy_loss == POLICY_LOSS_VESPO || c.loss.policy_loss == POLICY_LOSS_GMPO ||
+         c.loss.policy_loss == POLICY_LOSS_KL_COV) && ratio &&
         strcmp(ratio, "per-token") != 0)
-        die_user("option --ratio does not apply to --policy-loss %s (its weight comes from the response's ratio)",
-                 policy_loss);
+        die_user("option --ratio does not apply to --policy-loss %s (it makes its own ratio)", policy_loss);
     // GMPO clips log-ratios, and recommends a wider range than PPO's (TRL's GMPOConfig epsilon).
     if (c.loss.policy_loss == POLICY_LOSS_GMPO && !option_seen(&set, "cliprange")) clip_ratio = 0.4;
     if (!ratio) ratio = luspo ? "sequence" : "per-token";

@@ -153,6 +153,38 @@ static void correct_for_sampling(const PpoLossConfig *loss, const Sample *s, con
             }
 }
 
+// KL-Cov (PpoLossConfig.kl_cov_ratio): which of the micro-batch's response tokens (those of
+// samples with a loss weight) take the penalty, by their advantage's and new log-prob's
+// covariance over them (kl_cov_tokens). [B, T] flags at the samples' response slots (xmalloc'd),
+// or NULL when there is no such token.
+static unsigned char *kl_cov_selection(const PpoLossConfig *loss, Sample *const *samples, int count, int T,
+                                       const float *logp) {
+    long n = 0;
+    for (int b = 0; b < count; b++) n += samples[b]->loss_scale != 0 ? samples[b]->response_length : 0;
+    if (n == 0) return NULL;
+    float *advantages = xmalloc((size_t)n * sizeof(float)), *logps = xmalloc((size_t)n * sizeof(float));
+    unsigned char *chosen = xmalloc((size_t)n);
+    long k = 0;
+    for (int b = 0; b < count; b++) {
+        const Sample *s = samples[b];
+        if (s->loss_scale == 0) continue;
+        memcpy(advantages + k, s->advantages, (size_t)s->response_length * sizeof(float));
+        memcpy(logps + k, logp + (long)b * T + s->prompt_length - 1, (size_t)s->response_length * sizeof(float));
+        k += s->response_length;
+    }
+    kl_cov_tokens(advantages, logps, n, loss->kl_cov_ratio, chosen);
+    unsigned char *selected = xcalloc((size_t)count * T, 1);
+    k = 0;
+    for (int b = 0; b < count; b++) {
+        const Sample *s = samples[b];
+        if (s->loss_scale == 0) continue;
+        memcpy(selected + (long)b * T + s->prompt_length - 1, chosen + k, (size_t)s->response_length);
+        k += s->response_length;
+    }
+    free(advantages), free(logps), free(chosen);
+    return selected;
+}
+
 double actor_micro_step(Model *actor, Sample *const *samples, int count, const PpoLossConfig *loss,
                         double entropy_coef, bool old_from_this_forward, bool entropy_from_this_forward,
                         PpoLossStats *stats, double *entropy_sum) {
@@ -164,6 +196,8 @@ double actor_micro_step(Model *actor, Sample *const *samples, int count, const P
     forward(actor, &batch);
     model_logprobs(actor, batch.targets, logp, NULL, entropy);
     const double threshold = low_entropy_threshold(loss, samples, count, batch.T, entropy);
+    unsigned char *kl_cov = loss->policy_loss == POLICY_LOSS_KL_COV ? kl_cov_selection(loss, samples, count, batch.T, logp)
+                                                                    : NULL;
     float *advantages = NULL; // a sample's advantages with the low-entropy tokens' zeroed
     double total = 0;
     for (int b = 0; b < count; b++) {
@@ -192,6 +226,10 @@ double actor_micro_step(Model *actor, Sample *const *samples, int count, const P
         total += s->loss_scale * ppo_policy_loss(loss, logp + offset, s->logp_old, sample_advantages, s->segments,
                                                  s->segment_count, s->response_length, s->loss_scale, dlogp + offset,
                                                  stats);
+        if (kl_cov) // (old log-probs from this forward: every |log-ratio| and its slope 0)
+            total += s->loss_scale * loss->kl_cov_coef *
+                     ppo_kl_cov_term(logp + offset, s->logp_old, kl_cov + offset, s->response_length, loss->kl_cov_coef,
+                                     s->loss_scale, dlogp + offset);
         if (loss->kl_loss_coef > 0 && loss->kl_loss_bias_correction)
             total += s->loss_scale * loss->kl_loss_coef *
                      ppo_kl_loss_ratio_weighted(loss, logp + offset, s->logp_old, s->logp_ref, s->segments,
@@ -209,7 +247,7 @@ double actor_micro_step(Model *actor, Sample *const *samples, int count, const P
         }
     }
     model_backward(actor, dlogp, dentropy, NULL);
-    free(logp), free(dlogp), free(entropy), free(dentropy), free(advantages);
+    free(logp), free(dlogp), free(entropy), free(dentropy), free(advantages), free(kl_cov);
     free_rows(&batch);
     return total;
 }

@@ -22,6 +22,7 @@ int policy_loss_kind_from_name(const char *name, PolicyLossKind *out) {
     else if (!strcmp(name, "sapo")) *out = POLICY_LOSS_SAPO;
     else if (!strcmp(name, "vespo")) *out = POLICY_LOSS_VESPO;
     else if (!strcmp(name, "gmpo") || !strcmp(name, "geo_mean")) *out = POLICY_LOSS_GMPO;
+    else if (!strcmp(name, "kl_cov") || !strcmp(name, "kl-cov")) *out = POLICY_LOSS_KL_COV;
     else return -1;
     return 0;
 }
@@ -75,9 +76,20 @@ static double sapo_term(double advantage, double log_ratio, double tau_pos, doub
     return -4.0 / tau * gate * advantage;
 }
 
+// KL-Cov's policy term: the plain importance-weighted -A rho, no clipping (its penalty is added
+// on the selected tokens apart: ppo_kl_cov_term).
+static double unclipped_term(double advantage, double log_ratio, PolicyTermGradient *g) {
+    const double ratio = exp(log_ratio);
+    g->clipped = 0;
+    g->d_logp = 0;
+    g->d_log_ratio = -advantage * ratio;
+    return -advantage * ratio;
+}
+
 static double policy_term(const PpoLossConfig *config, double advantage, double log_ratio, double logp_new,
                           PolicyTermGradient *g) {
     switch (config->policy_loss) {
+    case POLICY_LOSS_KL_COV: return unclipped_term(advantage, log_ratio, g);
     case POLICY_LOSS_CISPO: return cispo_term(advantage, log_ratio, logp_new, config->cispo_max_weight, g);
     case POLICY_LOSS_SAPO:
         return sapo_term(advantage, log_ratio, config->sapo_temperature_pos, config->sapo_temperature_neg,
@@ -245,6 +257,46 @@ double ppo_kl_loss_ratio_weighted(const PpoLossConfig *config, const float *logp
             dlogp[t] += (float)(scale * config->kl_loss_coef * ratio * (slope + group_kl * factor));
         }
         first += m;
+    }
+    return sum;
+}
+
+typedef struct {
+    double covariance;
+    long index;
+} Covariance;
+
+// Largest covariance first, ties to the earlier token.
+static int compare_covariances(const void *a, const void *b) {
+    const Covariance *x = a, *y = b;
+    if (x->covariance != y->covariance) return x->covariance > y->covariance ? -1 : 1;
+    return (x->index > y->index) - (x->index < y->index);
+}
+
+void kl_cov_tokens(const float *advantages, const float *logp, long n, double ratio, unsigned char *selected) {
+    CHECK(n > 0, "KL-Cov over no tokens");
+    double mean_advantage = 0, mean_logp = 0;
+    for (long i = 0; i < n; i++) mean_advantage += advantages[i], mean_logp += logp[i];
+    mean_advantage /= n, mean_logp /= n;
+    Covariance *all = xmalloc((size_t)n * sizeof(Covariance));
+    for (long i = 0; i < n; i++)
+        all[i] = (Covariance){((double)advantages[i] - mean_advantage) * ((double)logp[i] - mean_logp), i};
+    qsort(all, (size_t)n, sizeof(Covariance), compare_covariances);
+    long k = (long)(n * ratio);
+    if (k < 1) k = 1;
+    memset(selected, 0, (size_t)n);
+    for (long i = 0; i < k; i++) selected[all[i].index] = 1;
+    free(all);
+}
+
+double ppo_kl_cov_term(const float *logp_new, const float *logp_old, const unsigned char *selected, int R, float coef,
+                       float scale, float *dlogp) {
+    double sum = 0;
+    for (int t = 0; t < R; t++) {
+        if (!selected[t]) continue;
+        const double log_ratio = (double)logp_new[t] - logp_old[t];
+        sum += fabs(log_ratio);
+        if (dlogp) dlogp[t] += (float)(scale * coef * (log_ratio > 0 ? 1.0 : log_ratio < 0 ? -1.0 : 0.0));
     }
     return sum;
 }

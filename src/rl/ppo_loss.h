@@ -26,6 +26,11 @@
 //       (clip_ratio and clip_ratio_high are log-space bounds here; GMPO recommends 0.4). Each
 //       token carries the response's term (so a sequence mean of token means averages them
 //       over responses, as GMPO does). Its own ratio too: --ratio does not apply.
+//   KL-Cov (Cui et al. 2025, "The Entropy Mechanism of RL for Reasoning LMs"; verl's
+//       "kl_cov"): the unclipped -A_t rho_t, plus kl_cov_coef |logp_new_t - logp_old_t| on the
+//       kl_cov_ratio fraction of a micro-batch's tokens (at least one) whose covariance
+//       (A_t - mean A)(logp_t - mean logp) over the micro-batch is largest (kl_cov_tokens picks
+//       them; ppo_kl_cov_term adds the penalty).
 // Value:   L = sum_t 0.5 max((V_t - G_t)^2, (clip(V_t, V_old_t - c, V_old_t + c) - G_t)^2) / N
 // N is the number of response tokens in the optimizer step (scale = 1/N).
 #pragma once
@@ -35,7 +40,14 @@
 #include "rl/kl_estimator.h"
 
 typedef enum { RATIO_PER_TOKEN, RATIO_MACRO_PRODUCT, RATIO_SEQUENCE_MEAN } RatioKind;
-typedef enum { POLICY_LOSS_PPO, POLICY_LOSS_CISPO, POLICY_LOSS_SAPO, POLICY_LOSS_VESPO, POLICY_LOSS_GMPO } PolicyLossKind;
+typedef enum {
+    POLICY_LOSS_PPO,
+    POLICY_LOSS_CISPO,
+    POLICY_LOSS_SAPO,
+    POLICY_LOSS_VESPO,
+    POLICY_LOSS_GMPO,
+    POLICY_LOSS_KL_COV
+} PolicyLossKind;
 // How the policy term is corrected for generation's log-probs differing from the training
 // forward's (rollout_correction_weights; TRL's vllm_importance_sampling_mode).
 typedef enum {
@@ -79,6 +91,9 @@ typedef struct {
     // its negative-advantage tokens (off_policy_masked), when off_policy_mask.
     bool off_policy_mask;
     float off_policy_mask_threshold;
+    // KL-Cov (POLICY_LOSS_KL_COV): the fraction of tokens penalised, and the penalty's weight
+    // (verl's kl_cov_ratio 0.0002 and ppo_kl_coef 1).
+    float kl_cov_ratio, kl_cov_coef;
 } PpoLossConfig;
 
 typedef struct {
@@ -139,5 +154,14 @@ double ppo_quantile(const float *values, long n, double q);
 
 // "per-token" | "macro" | "sequence"; -1 otherwise.
 int ratio_kind_from_name(const char *name, RatioKind *out);
-// "ppo" | "cispo" | "sapo" | "vespo" | "gmpo"; -1 otherwise.
+// KL-Cov's penalised tokens among n (n > 0) with advantages[] and new log-probs logp[]: the
+// max(1, floor(n ratio)) largest (A - mean A)(logp - mean logp), ties to the earlier token;
+// selected[i] = 1 for them, else 0.
+void kl_cov_tokens(const float *advantages, const float *logp, long n, double ratio, unsigned char *selected);
+// KL-Cov's penalty on one response's selected tokens: sum of |logp_new - logp_old| over them
+// (before coef and scale); accumulates scale * coef * its sign into dlogp (may be NULL).
+double ppo_kl_cov_term(const float *logp_new, const float *logp_old, const unsigned char *selected, int R, float coef,
+                       float scale, float *dlogp);
+
+// "ppo" | "cispo" | "sapo" | "vespo" | "gmpo" | "kl_cov"; -1 otherwise.
 int policy_loss_kind_from_name(const char *name, PolicyLossKind *out);

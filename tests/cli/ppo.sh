@@ -606,11 +606,12 @@ PYEOF2
     pass "old_logprobs_from_training (weights within $difference)" ||
     fail old_logprobs_from_training "weights differ by $difference $(tail -n 3 "$tmp/grpo_recompute.err")"
 # TRL's other GRPO loss forms: CISPO, SAPO, GSPO's sequence-level ratio, batch-scaled
-# advantages, VESPO, LUSPO and GMPO. At ratio 1 the first three have PPO's gradient, so they are
+# advantages, VESPO, LUSPO, GMPO and verl's KL-Cov. At ratio 1 the first three have PPO's gradient, so they are
 # run with the clip test's several off-policy steps per rollout: each changes that
 # training, and each learns.
 for form in "cispo --policy-loss cispo" "sapo --policy-loss sapo" "gspo --ratio sequence" "batch --scale-rewards batch" \
-    "vespo --policy-loss vespo" "luspo --policy-loss luspo" "gmpo --policy-loss gmpo"; do
+    "vespo --policy-loss vespo" "luspo --policy-loss luspo" "gmpo --policy-loss gmpo" \
+    "kl_cov --policy-loss kl_cov --kl-cov-ratio 0.2"; do
     set -- $form
     name=$1
     shift
@@ -634,6 +635,8 @@ expect_error bad_ratio "--ratio" "$bin" ppo "${common[@]}" --output "$tmp/x" --r
 expect_error vespo_with_ratio "--ratio" "$bin" ppo "${common[@]}" --output "$tmp/x" --policy-loss vespo --ratio sequence
 expect_error gmpo_with_ratio "--ratio does not apply to --policy-loss gmpo" "$bin" ppo "${common[@]}" --output "$tmp/x" \
     --policy-loss gmpo --ratio macro
+expect_error kl_cov_ratio_range "--kl-cov-ratio must be in (0, 1]" "$bin" ppo "${common[@]}" --output "$tmp/x" \
+    --policy-loss kl_cov --kl-cov-ratio 0
 expect_error gmpo_with_entropy_quantile "weighs the response as a whole" "$bin" ppo "${common[@]}" --output "$tmp/x" \
     --advantage-estimator grpo --samples-per-prompt 2 --policy-loss gmpo --top-entropy-quantile 0.2
 expect_error bad_vespo_lambda "--vespo-lambda" "$bin" ppo "${common[@]}" --output "$tmp/x" --policy-loss vespo \
