@@ -218,6 +218,17 @@ static void test_clip_higher(void) {
 // top_entropy_quantile (the tokens below the entropies' quantile masked: here, as
 // actor_micro_step does, their advantages zeroed after ppo_quantile's threshold). One
 // response, so TRL's per-response token mean is our sum times 1/R (luspo: 1).
+// A fixture case's "loss" and "grad" (one response of R tokens) against the computed ones.
+static void expect_loss_and_gradient(const char *kind, size_t index, double loss, const float *grad, int R, json_t *c) {
+    char what[96];
+    snprintf(what, sizeof what, "%s case %zu loss", kind, index);
+    EXPECT_CLOSE(loss, json_number_value(json_object_get(c, "loss")), 1e-6, 1e-5, what);
+    for (int t = 0; t < R; t++) {
+        snprintf(what, sizeof what, "%s case %zu d loss / d logp[%d]", kind, index, t);
+        EXPECT_CLOSE(grad[t], json_number_value(json_array_get(json_object_get(c, "grad"), t)), 1e-6, 1e-4, what);
+    }
+}
+
 static void test_policy_losses_against_trl(void) {
     json_error_t error;
     json_t *root = json_load_file("tests/fixtures/ppo/grpo_losses.json", 0, &error);
@@ -311,12 +322,7 @@ static void test_policy_losses_against_trl(void) {
         PpoLossConfig config = {.clip_ratio = (float)json_number_value(json_object_get(c, "epsilon_low")),
                                 .clip_ratio_high = (float)json_number_value(json_object_get(c, "epsilon_high"))};
         double loss = ppo_policy_loss(&config, logp_new, logp_old, advantages, segments, R, R, 1.0f / R, grad, NULL) / R;
-        snprintf(what, sizeof what, "rollout case %zu loss", index);
-        EXPECT_CLOSE(loss, json_number_value(json_object_get(c, "loss")), 1e-6, 1e-5, what);
-        for (int t = 0; t < R; t++) {
-            snprintf(what, sizeof what, "rollout case %zu d loss / d logp[%d]", index, t);
-            EXPECT_CLOSE(grad[t], json_number_value(json_array_get(json_object_get(c, "grad"), t)), 1e-6, 1e-4, what);
-        }
+        expect_loss_and_gradient("rollout", index, loss, grad, R, c);
     }
     // TRL 1.16's default KL loss term: k3 times the policy ratio (use_bias_correction_kl), beside
     // the clipped term; and without the correction the loss is another (the cases' KL is not 0).
@@ -336,13 +342,7 @@ static void test_policy_losses_against_trl(void) {
         double loss = ppo_policy_loss(&config, logp_new, logp_old, advantages, segments, R, R, scale, grad, NULL) * scale;
         loss += config.kl_loss_coef * scale *
                 ppo_kl_loss_ratio_weighted(&config, logp_new, logp_old, logp_ref, segments, R, R, scale, grad);
-        char what[96];
-        snprintf(what, sizeof what, "KL bias-correction case %zu loss", index);
-        EXPECT_CLOSE(loss, json_number_value(json_object_get(c, "loss")), 1e-6, 1e-5, what);
-        for (int t = 0; t < R; t++) {
-            snprintf(what, sizeof what, "KL bias-correction case %zu d loss / d logp[%d]", index, t);
-            EXPECT_CLOSE(grad[t], json_number_value(json_array_get(json_object_get(c, "grad"), t)), 1e-6, 1e-4, what);
-        }
+        expect_loss_and_gradient("KL bias-correction", index, loss, grad, R, c);
         const double plain = ppo_kl_loss(KL_K3, logp_new, logp_ref, R, 0, 0, NULL);
         EXPECT(fabs(plain - ppo_kl_loss_ratio_weighted(&config, logp_new, logp_old, logp_ref, segments, R, R, 0, NULL)) >
                    1e-6 * fabs(plain),
@@ -364,13 +364,7 @@ static void test_policy_losses_against_trl(void) {
         PpoLossStats stats = {0};
         const double loss =
             ppo_policy_loss(&config, logp_new, logp_old, advantages, segments, R, R, 1.0f / R, grad, &stats) / R;
-        char what[96];
-        snprintf(what, sizeof what, "GMPO case %zu loss", index);
-        EXPECT_CLOSE(loss, json_number_value(json_object_get(c, "loss")), 1e-6, 1e-5, what);
-        for (int t = 0; t < R; t++) {
-            snprintf(what, sizeof what, "GMPO case %zu d loss / d logp[%d]", index, t);
-            EXPECT_CLOSE(grad[t], json_number_value(json_array_get(json_object_get(c, "grad"), t)), 1e-6, 1e-4, what);
-        }
+        expect_loss_and_gradient("GMPO", index, loss, grad, R, c);
         gmpo_clipped += stats.clipped > 0;
         gmpo_cases++;
     }
