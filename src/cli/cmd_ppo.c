@@ -17,13 +17,6 @@
 #include "train/packing.h"
 #include "train/lr_schedule.h"
 
-// Whether the command line (or --config) gave option `name`.
-static bool option_seen(const OptionSet *set, const char *name) {
-    for (int k = 0; k < set->count; k++)
-        if (!strcmp(set->options[k].name, name)) return set->options[k].seen;
-    return false;
-}
-
 // --reward's sources ("model,command": each kind once) and --reward-weights' weights (one a
 // source, finite; default 1 each) into the config.
 static void parse_reward_sources(const char *sources, const char *weights, PpoConfig *c) {
@@ -414,7 +407,7 @@ int cmd_ppo(int argc, char **argv) {
         strcmp(ratio, "per-token") != 0)
         die_user("option --ratio does not apply to --policy-loss %s (it makes its own ratio)", policy_loss);
     // GMPO clips log-ratios, and recommends a wider range than PPO's (TRL's GMPOConfig epsilon).
-    if (c.loss.policy_loss == POLICY_LOSS_GMPO && !option_seen(&set, "cliprange")) clip_ratio = 0.4;
+    if (c.loss.policy_loss == POLICY_LOSS_GMPO && !options_given(&set, "cliprange")) clip_ratio = 0.4;
     if (!ratio) ratio = luspo ? "sequence" : "per-token";
     if (ratio_kind_from_name(ratio, &c.loss.ratio) != 0)
         die_user("option --ratio must be per-token, macro or sequence, got '%s'", ratio);
@@ -577,8 +570,6 @@ int cmd_ppo(int argc, char **argv) {
                  "(--rollout-correction)");
     c.loss.rollout_correction_min = (float)rollout_correction_min;
     c.loss.rollout_correction_max = (float)rollout_correction_max;
-    if (!isfinite(off_policy_mask_threshold))
-        die_user("option --off-policy-mask-threshold must be a number, got %g", off_policy_mask_threshold);
     c.loss.off_policy_mask = off_policy_mask_threshold >= 0;
     c.loss.off_policy_mask_threshold = (float)off_policy_mask_threshold;
     // GMPO takes the response as one term: the masks and weights that act on single tokens'

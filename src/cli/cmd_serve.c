@@ -106,19 +106,16 @@ int cmd_serve(int argc, char **argv) {
     Pooling pooling;
     if (pooling_parse(pooling_option, "--pooling", &pooling) != 0) die_from_err();
     if (!model_path == !reward_path) die_user("give one of --model (a generative model) and --reward-model");
-    if (!reward_path)
-        for (size_t j = 0; j < sizeof options / sizeof options[0]; j++)
-            if (options[j].seen && !strcmp(options[j].name, "reward-batch"))
-                die_user("option --reward-batch applies to --reward-model only (a generative server batches by --parallel)");
+    if (!reward_path && options_given(&set, "reward-batch"))
+        die_user("option --reward-batch applies to --reward-model only (a generative server batches by --parallel)");
     if (reward_path) {
         static const char *const generation_only[] = {"chat-template", "no-thinking", "lora-adapter", "kv-cache",
                                                       "prompt-cache", "max-tokens-limit", "pooling",
                                                       "prefill-chunk"};
         for (size_t i = 0; i < sizeof generation_only / sizeof generation_only[0]; i++)
-            for (size_t j = 0; j < sizeof options / sizeof options[0]; j++)
-                if (options[j].seen && !strcmp(options[j].name, generation_only[i]))
-                    die_user("option --%s does not apply to --reward-model (it is for a generative model's routes)",
-                             generation_only[i]);
+            if (options_given(&set, generation_only[i]))
+                die_user("option --%s does not apply to --reward-model (it is for a generative model's routes)",
+                         generation_only[i]);
     }
     cli_set_threads(threads);
 

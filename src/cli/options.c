@@ -203,3 +203,9 @@ void options_parse(OptionSet *set, int argc, char **argv) {
             die_user("missing required option --%s (marlhf %s --help)", set->options[i].name,
                      set->command);
 }
+
+bool options_given(const OptionSet *set, const char *name) {
+    for (int k = 0; k < set->count; k++)
+        if (!strcmp(set->options[k].name, name)) return set->options[k].seen;
+    return false;
+}

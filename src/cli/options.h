@@ -35,3 +35,5 @@ typedef struct {
 // a bad --config file, or a missing required option.
 void options_parse(OptionSet *set, int argc, char **argv);
 void options_print_help(const OptionSet *set);
+// Whether the command line (or --config) gave option `name` (after options_parse).
+bool options_given(const OptionSet *set, const char *name);

@@ -102,24 +102,35 @@ void experience_scores(Model *model, Sample *const *samples, int count, int micr
     }
 }
 
-// The 80/20 rule (PpoLossConfig.low_entropy_fraction): the low_entropy_fraction quantile of
-// this forward's entropies over the micro-batch's trained response tokens (those of samples
-// with a loss weight: --mask-truncated-completions' cut responses are not), as TRL takes it
-// over a micro-batch's completion tokens; -INFINITY when every token is kept.
-static double low_entropy_threshold(const PpoLossConfig *loss, Sample *const *samples, int count, int T,
-                                    const float *entropy) {
-    if (!(loss->low_entropy_fraction > 0)) return -INFINITY;
+// The micro-batch's trained response tokens: those of the samples with a loss weight
+// (--mask-truncated-completions' cut responses are not). How many there are, and a [B, T]
+// per-slot array's values at them, in order.
+static long trained_token_count(Sample *const *samples, int count) {
     long n = 0;
     for (int b = 0; b < count; b++) n += samples[b]->loss_scale != 0 ? samples[b]->response_length : 0;
-    if (n == 0) return -INFINITY;
-    float *trained = xmalloc((size_t)n * sizeof(float));
+    return n;
+}
+
+static void gather_trained_tokens(Sample *const *samples, int count, int T, const float *slots, float *out) {
     long k = 0;
     for (int b = 0; b < count; b++) {
         const Sample *s = samples[b];
         if (s->loss_scale == 0) continue;
-        memcpy(trained + k, entropy + (long)b * T + s->prompt_length - 1, (size_t)s->response_length * sizeof(float));
+        memcpy(out + k, slots + (long)b * T + s->prompt_length - 1, (size_t)s->response_length * sizeof(float));
         k += s->response_length;
     }
+}
+
+// The 80/20 rule (PpoLossConfig.low_entropy_fraction): the low_entropy_fraction quantile of
+// this forward's entropies over the micro-batch's trained response tokens, as TRL takes it
+// over a micro-batch's completion tokens; -INFINITY when every token is kept.
+static double low_entropy_threshold(const PpoLossConfig *loss, Sample *const *samples, int count, int T,
+                                    const float *entropy) {
+    if (!(loss->low_entropy_fraction > 0)) return -INFINITY;
+    const long n = trained_token_count(samples, count);
+    if (n == 0) return -INFINITY;
+    float *trained = xmalloc((size_t)n * sizeof(float));
+    gather_trained_tokens(samples, count, T, entropy, trained);
     const double threshold = ppo_quantile(trained, n, loss->low_entropy_fraction);
     free(trained);
     return threshold;
@@ -153,14 +164,13 @@ static void correct_for_sampling(const PpoLossConfig *loss, const Sample *s, con
             }
 }
 
-// KL-Cov (PpoLossConfig.kl_cov_ratio): which of the micro-batch's response tokens (those of
-// samples with a loss weight) take the penalty, by their advantage's and new log-prob's
-// covariance over them (kl_cov_tokens). [B, T] flags at the samples' response slots (xmalloc'd),
-// or NULL when there is no such token.
+// KL-Cov (PpoLossConfig.kl_cov_ratio): which of the micro-batch's trained response tokens
+// take the penalty, by their advantage's and new log-prob's covariance over them
+// (kl_cov_tokens). [B, T] flags at the samples' response slots (xmalloc'd), or NULL when there
+// is no such token.
 static unsigned char *kl_cov_selection(const PpoLossConfig *loss, Sample *const *samples, int count, int T,
                                        const float *logp) {
-    long n = 0;
-    for (int b = 0; b < count; b++) n += samples[b]->loss_scale != 0 ? samples[b]->response_length : 0;
+    const long n = trained_token_count(samples, count);
     if (n == 0) return NULL;
     float *advantages = xmalloc((size_t)n * sizeof(float)), *logps = xmalloc((size_t)n * sizeof(float));
     unsigned char *chosen = xmalloc((size_t)n);
@@ -169,9 +179,9 @@ static unsigned char *kl_cov_selection(const PpoLossConfig *loss, Sample *const 
         const Sample *s = samples[b];
         if (s->loss_scale == 0) continue;
         memcpy(advantages + k, s->advantages, (size_t)s->response_length * sizeof(float));
-        memcpy(logps + k, logp + (long)b * T + s->prompt_length - 1, (size_t)s->response_length * sizeof(float));
         k += s->response_length;
     }
+    gather_trained_tokens(samples, count, T, logp, logps);
     kl_cov_tokens(advantages, logps, n, loss->kl_cov_ratio, chosen);
     unsigned char *selected = xcalloc((size_t)count * T, 1);
     k = 0;
@@ -198,7 +208,9 @@ double actor_micro_step(Model *actor, Sample *const *samples, int count, const P
     const double threshold = low_entropy_threshold(loss, samples, count, batch.T, entropy);
     unsigned char *kl_cov = loss->policy_loss == POLICY_LOSS_KL_COV ? kl_cov_selection(loss, samples, count, batch.T, logp)
                                                                     : NULL;
-    float *advantages = NULL; // a sample's advantages with the low-entropy tokens' zeroed
+    const bool adjusts_advantages =
+        threshold > -INFINITY || loss->rollout_correction != ROLLOUT_CORRECTION_NONE || loss->off_policy_mask;
+    float *advantages = NULL; // a sample's advantages as the policy term sees them (adjusts_advantages)
     double total = 0;
     for (int b = 0; b < count; b++) {
         const Sample *s = samples[b];
@@ -206,22 +218,19 @@ double actor_micro_step(Model *actor, Sample *const *samples, int count, const P
         if (old_from_this_forward) memcpy(s->logp_old, logp + offset, s->response_length * sizeof(float));
         if (old_from_this_forward || entropy_from_this_forward)
             memcpy(s->entropy, entropy + offset, s->response_length * sizeof(float));
-        // The 80/20 rule: a token whose entropy is below the threshold leaves the policy term
-        // (a zero advantage makes every policy loss form's term and gradient 0; the KL term stays).
+        // The advantages the policy term sees: the sample's, or a copy that the 80/20 rule (a
+        // token whose entropy is below the threshold leaves the policy term: a zero advantage
+        // makes every policy loss form's term and gradient 0; the KL term stays), the rollout
+        // correction and the off-policy mask change.
         const float *sample_advantages = s->advantages;
-        if (threshold > -INFINITY) {
+        if (adjusts_advantages) {
             advantages = xrealloc(advantages, (size_t)s->response_length * sizeof(float));
-            for (int j = 0; j < s->response_length; j++)
-                advantages[j] = entropy[offset + j] >= threshold ? s->advantages[j] : 0.0f;
+            memcpy(advantages, s->advantages, (size_t)s->response_length * sizeof(float));
+            for (int j = 0; j < s->response_length && threshold > -INFINITY; j++)
+                if (entropy[offset + j] < threshold) advantages[j] = 0.0f;
+            if (loss->rollout_correction != ROLLOUT_CORRECTION_NONE || loss->off_policy_mask)
+                correct_for_sampling(loss, s, logp + offset, advantages, stats);
             sample_advantages = advantages;
-        }
-        if (loss->rollout_correction != ROLLOUT_CORRECTION_NONE || loss->off_policy_mask) {
-            if (sample_advantages != advantages) {
-                advantages = xrealloc(advantages, (size_t)s->response_length * sizeof(float));
-                memcpy(advantages, s->advantages, (size_t)s->response_length * sizeof(float));
-                sample_advantages = advantages;
-            }
-            correct_for_sampling(loss, s, logp + offset, advantages, stats);
         }
         total += s->loss_scale * ppo_policy_loss(loss, logp + offset, s->logp_old, sample_advantages, s->segments,
                                                  s->segment_count, s->response_length, s->loss_scale, dlogp + offset,

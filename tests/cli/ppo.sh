@@ -472,6 +472,12 @@ ok &= abs(penalised["train/score"] - (plain["train/score"] - 0.5 * cut)) < 1e-6
 sys.exit(0 if ok else 1)
 PYEOF
     pass ppo_missing_eos_penalty || fail ppo_missing_eos_penalty "$(tail -n 2 "$tmp/eos_0.5.err")"
+expect_error ppo_eval_samples_range "--eval-samples-per-prompt must be in [1, 64]" "$bin" ppo "${common[@]}" \
+    --eval-samples-per-prompt 0 --output "$tmp/x"
+expect_error ppo_off_policy_mask_nan "--off-policy-mask-threshold expects a number" "$bin" ppo "${common[@]}" \
+    --off-policy-mask-threshold nan --output "$tmp/x"
+expect_error ppo_kl_cov_coef_negative "--kl-cov-coef >= 0" "$bin" ppo "${common[@]}" --policy-loss kl_cov \
+    --kl-cov-coef -1 --output "$tmp/x"
 expect_error ppo_logit_bias_vocabulary "token 5000 is not in the actor's vocabulary" "$bin" ppo "${common[@]}" \
     --logit-bias 5000:1 --output "$tmp/x"
 expect_error ppo_missing_eos_penalty_negative "--missing-eos-penalty must be >= 0" "$bin" ppo "${common[@]}" \

@@ -92,6 +92,8 @@ expect_error rename_columns_ppo_missing "no field \"question\"" \
     "$bin" ppo "${ppo[@]}" --prompts "$data/sft.jsonl" --rename-columns question=prompt --output "$tmp/x"
 expect_error rename_columns_infer_missing "no field \"question\"" \
     "$bin" infer "${infer[@]}" --data "$data/sft.jsonl" --rename-columns question=prompt --output "$tmp/x.jsonl"
+expect_error dataset_text_field_empty "--dataset-text-field must name a field" \
+    "$bin" sft "${common[@]}" --data "$tmp/content.jsonl" --dataset-text-field "" --output "$tmp/x"
 expect_error dataset_text_field_missing "no field \"body\" to rename to \"text\"" \
     "$bin" sft "${common[@]}" --data "$tmp/content.jsonl" --dataset-text-field body --output "$tmp/x"
 [ ! -e "$tmp/x" ] && [ ! -e "$tmp/x.jsonl" ] && pass rename_columns_errors_write_nothing ||
