@@ -130,6 +130,38 @@ static void test_single_token_actions_are_token_level(void) {
     EXPECT(l1 == l2 && memcmp(d1, d2, sizeof d1) == 0, "macro ratio over one token is the token ratio");
 }
 
+// By hand: GDPO's rewards on groups of unequal sizes (a short response dropped from one, one
+// left alone): each source normalised as GRPO normalises a group, a lone sample 0; and a
+// source rescaled and shifted (a wider reward) changes nothing but the 1e-4 term's share.
+static void test_decoupled_group_rewards(void) {
+    const int count = 7, groups[7] = {0, 0, 0, 1, 2, 2, 2};
+    const double first[7] = {1.0, 0.0, 0.5, 3.0, -1.0, 2.0, 2.0}, second[7] = {0.0, 1.0, 1.0, 7.0, 0.2, 0.4, 0.9};
+    const double weights[2] = {1.0, 0.25};
+    const double *parts[2] = {first, second};
+    double got[7], alone[7], grpo_first[7], grpo_second[7];
+    decoupled_group_rewards(parts, weights, 2, groups, count, got);
+    rollout_group_advantages(ESTIMATOR_GRPO, GROUP_SCALE_GROUP, first, NULL, groups, count, grpo_first);
+    rollout_group_advantages(ESTIMATOR_GRPO, GROUP_SCALE_GROUP, second, NULL, groups, count, grpo_second);
+    for (int q = 0; q < count; q++)
+        EXPECT_CLOSE(got[q], grpo_first[q] + 0.25 * grpo_second[q], 1e-15, 1e-15, "GDPO = the sum of GRPO's per source");
+    EXPECT(got[3] == 0.0, "a sample alone in its group gets 0, got %g", got[3]);
+    double wide[7];
+    for (int q = 0; q < count; q++) wide[q] = 1000.0 * second[q] - 50.0;
+    const double *rescaled[2] = {first, wide};
+    decoupled_group_rewards(rescaled, weights, 2, groups, count, alone);
+    for (int q = 0; q < count; q++) EXPECT_CLOSE(alone[q], got[q], 1e-3, 1e-3, "GDPO ignores a source's scale");
+    // The rollout's standardisation: mean 0, unbiased standard deviation 1 (less the 1e-4).
+    double standardized[7], sum = 0, squares = 0;
+    batch_standardized(got, count, standardized);
+    for (int q = 0; q < count; q++) sum += standardized[q];
+    for (int q = 0; q < count; q++) squares += standardized[q] * standardized[q];
+    EXPECT_CLOSE(sum, 0.0, 1e-12, 0, "standardised rewards sum to 0");
+    EXPECT_CLOSE(sqrt(squares / (count - 1)), 1.0, 1e-3, 1e-3, "standardised rewards have std 1");
+    double one = 4.0, one_out;
+    batch_standardized(&one, 1, &one_out);
+    EXPECT(one_out == 0.0, "one reward standardises to 0, got %g", one_out);
+}
+
 // GRPO, Dr. GRPO and RLOO advantages of groups of 1 to 16 rewards (one of them all equal) against
 // TRL's formulas (tools/make_group_advantage_fixtures.py, with TRL's own nanstd, whose
 // Bessel factor count / (count - 1) is computed in float32: hence 1e-7, not 1e-12).
@@ -454,6 +486,36 @@ static void test_policy_losses_against_trl(void) {
             EXPECT(grouped[q] == per_group[q], "scale group = per-group GRPO at %d", q);
         }
     }
+    // GDPO (TRL's multi_objective_aggregation="normalize_then_sum"): each source normalised
+    // within its group, the weighted sum, then standardised over the batch.
+    int gdpo_cases = 0;
+    json_array_foreach(json_object_get(root, "gdpo"), index, c) {
+        double parts[3][32], weights[3], rewards[32], advantages[32];
+        const double *per_source[3];
+        int groups[32];
+        json_t *sources = json_object_get(c, "parts");
+        const int source_count = (int)json_array_size(sources);
+        const int count = (int)json_array_size(json_array_get(sources, 0));
+        CHECK(source_count <= 3 && count <= 32, "GDPO case %zu is larger than the test's arrays", index);
+        for (int k = 0; k < source_count; k++) {
+            for (int q = 0; q < count; q++) parts[k][q] = json_number_value(json_array_get(json_array_get(sources, k), q));
+            weights[k] = json_number_value(json_array_get(json_object_get(c, "weights"), k));
+            per_source[k] = parts[k];
+        }
+        for (int q = 0; q < count; q++) groups[q] = (int)json_integer_value(json_array_get(json_object_get(c, "groups"), q));
+        decoupled_group_rewards(per_source, weights, source_count, groups, count, rewards);
+        batch_standardized(rewards, count, advantages);
+        for (int q = 0; q < count; q++) {
+            char what[64];
+            snprintf(what, sizeof what, "GDPO case %zu reward %d", index, q);
+            EXPECT_CLOSE(rewards[q], json_number_value(json_array_get(json_object_get(c, "rewards"), q)), 1e-12, 1e-7, what);
+            snprintf(what, sizeof what, "GDPO case %zu advantage %d", index, q);
+            EXPECT_CLOSE(advantages[q], json_number_value(json_array_get(json_object_get(c, "advantages"), q)), 1e-12,
+                         1e-7, what);
+        }
+        gdpo_cases++;
+    }
+    EXPECT(gdpo_cases == 4, "%d GDPO cases", gdpo_cases);
     json_decref(root);
 }
 
@@ -619,6 +681,7 @@ int main(void) {
     RUN(test_against_reference);
     RUN(test_single_token_actions_are_token_level);
     RUN(test_group_advantages_against_trl);
+    RUN(test_decoupled_group_rewards);
     RUN(test_clip_higher);
     RUN(test_overlong_penalty);
     RUN(test_returns_to_go);

@@ -25,7 +25,8 @@ Writes tests/fixtures/ppo/grpo_losses.json: {"losses": [{"loss_type", "level", "
 "advantage", "weights", "kept", "loss", "grad"}], "kl_bias_correction": [{"level", "beta", "epsilon_low",
 "epsilon_high", "logp_old", "logp_ref", "logp_new", "advantage", "loss", "grad"}], "gmpo": [{"epsilon_low",
 "epsilon_high", "logp_old", "logp_new", "advantage", "loss", "grad"}], "kl_cov": [{"lengths", "kl_cov_ratio",
-"ppo_kl_coef", "logp_old", "logp_new", "advantages", "selected", "loss", "grad"} (per response, lists)]}.
+"ppo_kl_coef", "logp_old", "logp_new", "advantages", "selected", "loss", "grad"} (per response, lists)],
+"gdpo": [{"parts" (per source, per response), "weights", "groups", "rewards", "advantages"}]}.
 usage: .venv-tools/bin/python tools/make_grpo_loss_fixtures.py
 """
 import json
@@ -289,10 +290,40 @@ def kl_cov_case(lengths, kl_cov_ratio, ppo_kl_coef):
 # verl's KL-Cov, drawn last for the same reason.
 kl_cov = [kl_cov_case([4, 6, 5], 0.2, 1.0), kl_cov_case([7, 3], 0.0002, 1.0), kl_cov_case([5, 5, 2, 8], 0.1, 0.5)]
 
+
+
+def gdpo_case(generations, groups, weights, constant_source=None):
+    """TRL 1.16's multi_objective_aggregation="normalize_then_sum" (GRPOTrainer
+    _generate_and_score_completions, GDPO), written out on random rewards_per_func
+    [groups * generations, sources]: each source normalised within each group by its mean and
+    nanstd + 1e-4, the weighted nansum, then (rewards - nanmean) / (nanstd + 1e-4) over the batch.
+    With `constant_source`, that source scores every response of the first group alike (its
+    normalised score there is 0)."""
+    sources = len(weights)
+    per_func = torch.tensor([[rng.gauss(0.3 * k, 1.0 + k) for k in range(sources)]
+                             for _ in range(groups * generations)], dtype=torch.float64)
+    if constant_source is not None:
+        per_func[:generations, constant_source] = 2.0
+    weight = torch.tensor(weights, dtype=torch.float64)
+    grouped = per_func.view(-1, generations, sources)
+    mean_k = torch.nanmean(grouped, dim=1, keepdim=True)
+    std_k = nanstd(grouped, dim=1, keepdim=True)
+    reward_k = ((grouped - mean_k) / (std_k + 1e-4)).view(-1, sources)
+    rewards = (reward_k * weight.unsqueeze(0)).nansum(dim=1)
+    advantages = (rewards - torch.nanmean(rewards)) / (nanstd(rewards) + 1e-4)
+    return {"parts": per_func.t().tolist(), "weights": weights,
+            "groups": [g for g in range(groups) for _ in range(generations)], "rewards": rewards.tolist(),
+            "advantages": advantages.tolist()}
+
+
+# GDPO's aggregation, drawn last for the same reason.
+gdpo = [gdpo_case(4, 2, [1.0, 1.0]), gdpo_case(3, 3, [1.0, 0.5, 2.0], constant_source=1),
+        gdpo_case(8, 2, [0.7, -0.3]), gdpo_case(2, 4, [1.0])]
+
 path = os.path.join(os.path.dirname(__file__), "..", "tests/fixtures/ppo/grpo_losses.json")
 with open(path, "w") as f:
     json.dump({"losses": losses, "batch_scaling": batch_scaling, "rollout_correction": rollout_correction,
-               "kl_bias_correction": kl_bias_correction, "gmpo": gmpo, "kl_cov": kl_cov}, f)
+               "kl_bias_correction": kl_bias_correction, "gmpo": gmpo, "kl_cov": kl_cov, "gdpo": gdpo}, f)
 print("wrote", path, len(losses), "loss cases,", len(batch_scaling), "batches,", len(rollout_correction),
       "rollout-correction cases,", len(kl_bias_correction), "KL bias-correction cases,", len(gmpo), "GMPO cases,",
-      len(kl_cov), "KL-Cov micro-batches")
+      len(kl_cov), "KL-Cov micro-batches,", len(gdpo), "GDPO batches")

@@ -65,6 +65,7 @@ int cmd_ppo(int argc, char **argv) {
     long reward_retries = 3;
     char *termination = "fixed", *value_function = "equal", *macro_reward = "mean", *ratio = NULL;
     char *reward = "model", *schedule = "linear", *aggregation = NULL, *policy_loss = "ppo", *scale_rewards = "group";
+    char *multi_objective = "sum_then_normalize";
     long max_prompt_len = c.max_prompt_len, max_new_tokens = c.max_new_tokens, rollout_batch = c.rollout_batch;
     long generation_batch = c.generation_batch, micro_batch = c.micro_batch, minibatches = c.minibatches;
     long ppo_epochs = c.ppo_epochs, epochs = c.epochs, max_iterations = 0, min_response = c.min_response_tokens, min_new = 0;
@@ -101,7 +102,7 @@ int cmd_ppo(int argc, char **argv) {
     double kl_cov_ratio = c.loss.kl_cov_ratio, kl_cov_coef = c.loss.kl_cov_coef;
     long critic_warmup_iterations = 0;
     SamplerExtrasCli extras = SAMPLER_EXTRAS_CLI_DEFAULTS;
-    Option options[176] = {
+    Option options[177] = {
         {"actor-model", "actor_model_name_or_path model", OPT_STRING, &actor, "the SFT model (actor and, by default, reference)", true, false},
         {"reward-model", "reward_model critic_model_name_or_path_for_reward", OPT_STRING, &reward_model, "the reward model (frozen)", false, false},
         {"critic-model", "critic_model_name_or_path", OPT_STRING, &critic, "critic initialisation (default: the reward model)", false, false},
@@ -201,6 +202,11 @@ int cmd_ppo(int argc, char **argv) {
          "--policy-loss vespo: lambda for negative advantages", false, false},
         {"scale-rewards", "scale_rewards", OPT_STRING, &scale_rewards,
          "--advantage-estimator grpo: divide r - group mean by the group's std (group), the rollout's (batch) or not (none)",
+         false, false},
+        {"multi-objective-aggregation", "multi_objective_aggregation", OPT_STRING, &multi_objective,
+         "--advantage-estimator grpo: sum_then_normalize (the --reward sources' weighted sum is the score) or "
+         "normalize_then_sum (GDPO: each source normalised within the group, the weighted sum standardised over the "
+         "rollout)",
          false, false},
         {"recompute-old-logprobs", "recompute_old_logprobs", OPT_BOOL, &recompute_old,
          "always run the actor over the rollout for the old log-probs (by default skipped when one optimizer step follows "
@@ -520,6 +526,17 @@ int cmd_ppo(int argc, char **argv) {
     else die_user("option --scale-rewards must be group, batch or none, got '%s'", scale_rewards);
     if (c.group_scale != GROUP_SCALE_GROUP && c.estimator != ESTIMATOR_GRPO)
         die_user("option --scale-rewards applies to --advantage-estimator grpo only (got %s)", estimator);
+    if (!strcmp(multi_objective, "sum_then_normalize")) c.reward_aggregation = REWARD_SUM_THEN_NORMALIZE;
+    else if (!strcmp(multi_objective, "normalize_then_sum")) c.reward_aggregation = REWARD_NORMALIZE_THEN_SUM;
+    else
+        die_user("option --multi-objective-aggregation must be sum_then_normalize or normalize_then_sum, got '%s'",
+                 multi_objective);
+    if (c.reward_aggregation == REWARD_NORMALIZE_THEN_SUM && c.estimator != ESTIMATOR_GRPO)
+        die_user("option --multi-objective-aggregation normalize_then_sum applies to --advantage-estimator grpo only "
+                 "(got %s)", estimator);
+    if (c.reward_aggregation == REWARD_NORMALIZE_THEN_SUM && options_given(&set, "scale-rewards"))
+        die_user("option --scale-rewards: --multi-objective-aggregation normalize_then_sum standardises the summed "
+                 "rewards over the rollout itself");
     c.recompute_old_logprobs = recompute_old;
     c.old_logprobs_from_rollout = old_from_rollout;
     c.ptx_packing = strcmp(ptx_packing, "none") == 0 ? -1 : packing_strategy_parse(ptx_packing);
@@ -601,6 +618,9 @@ int cmd_ppo(int argc, char **argv) {
     c.adaptive_entropy = adaptive_entropy;
     c.entropy_coef_min = entropy_coef_min, c.entropy_coef_max = entropy_coef_max;
     c.entropy_coef_delta = entropy_coef_delta, c.entropy_target = entropy_target;
+    if (normalize && c.reward_aggregation == REWARD_NORMALIZE_THEN_SUM)
+        die_user("option --normalize-reward: --multi-objective-aggregation normalize_then_sum normalises each reward "
+                 "source within its group instead");
     if (normalize && c.estimator == ESTIMATOR_REMAX)
         die_user("option --normalize-reward: --advantage-estimator remax compares each score with a greedy answer's "
                  "score as it is (--normalize-reward)");

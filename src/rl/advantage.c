@@ -1,6 +1,7 @@
 #include "rl/advantage.h"
 
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "core/check.h"
@@ -138,6 +139,27 @@ void rollout_group_advantages(AdvantageEstimator estimator, GroupScale scale, co
     for (int q = 0; q < count; q++) squares += (rewards[q] - mean) * (rewards[q] - mean);
     const double std = count > 1 ? sqrt(squares / (count - 1)) : 0.0;
     for (int q = 0; q < count; q++) out[q] /= std + 1e-4;
+}
+
+void decoupled_group_rewards(const double *const *parts, const double *weights, int sources, const int *groups,
+                             int count, double *out) {
+    for (int q = 0; q < count; q++) out[q] = 0.0;
+    double *normalized = xmalloc(((size_t)count + 1) * sizeof(double));
+    for (int k = 0; k < sources; k++) {
+        // group_advantages' GRPO is (x - group mean) / (unbiased group std + 1e-4), 0 alone.
+        rollout_group_advantages(ESTIMATOR_GRPO, GROUP_SCALE_GROUP, parts[k], NULL, groups, count, normalized);
+        for (int q = 0; q < count; q++) out[q] += weights[k] * normalized[q];
+    }
+    free(normalized);
+}
+
+void batch_standardized(const double *rewards, int count, double *out) {
+    double sum = 0, squares = 0;
+    for (int q = 0; q < count; q++) sum += rewards[q];
+    const double mean = count > 0 ? sum / count : 0;
+    for (int q = 0; q < count; q++) squares += (rewards[q] - mean) * (rewards[q] - mean);
+    const double std = count > 1 ? sqrt(squares / (count - 1)) : 0.0;
+    for (int q = 0; q < count; q++) out[q] = (rewards[q] - mean) / (std + 1e-4);
 }
 
 void macro_value_weights(ValueFunction value_function, int m, float *weights) {

@@ -84,6 +84,22 @@ typedef enum { GROUP_SCALE_GROUP, GROUP_SCALE_BATCH, GROUP_SCALE_NONE } GroupSca
 // of all `count` rewards plus 1e-4 (TRL: nanstd(rewards) + 1e-4).
 void rollout_group_advantages(AdvantageEstimator estimator, GroupScale scale, const double *rewards, const int *lengths,
                               const int *groups, int count, double *out);
+// How several reward sources' scores (--reward model,command) become GRPO's advantages
+// (TRL's multi_objective_aggregation). SUM_THEN_NORMALIZE, the default: the weighted sum is
+// the score, normalised as --scale-rewards says. NORMALIZE_THEN_SUM (GDPO, Liu et al. 2026,
+// "Group reward-Decoupled Normalization Policy Optimization"): each source's scores are
+// normalised within each group first (decoupled_group_rewards), so that a source with a wide
+// spread cannot drown one with a narrow one, and the weighted sum of those is standardised
+// over the whole rollout (batch_standardized).
+typedef enum { REWARD_SUM_THEN_NORMALIZE, REWARD_NORMALIZE_THEN_SUM } RewardAggregation;
+// GDPO's rewards: out[q] = sum_k weights[k] * (parts[k][q] - m) / (s + 1e-4), m and s the mean
+// and unbiased standard deviation of parts[k] over sample q's group (groups[] as in
+// rollout_group_advantages); a sample alone in its group gets 0 from every source.
+void decoupled_group_rewards(const double *const *parts, const double *weights, int sources, const int *groups,
+                             int count, double *out);
+// out[q] = (rewards[q] - mean) / (std + 1e-4) over all `count` rewards, std unbiased (0 for
+// one reward). TRL: (rewards - nanmean(rewards)) / (nanstd(rewards) + 1e-4).
+void batch_standardized(const double *rewards, int count, double *out);
 // The end of the group that starts at `first` in groups[0..count) (a group's samples are
 // consecutive): the first index past it.
 int group_end(const int *groups, int count, int first);

@@ -515,7 +515,8 @@ static int all_local_samples(const Rollout *r, Sample ***out) {
 
 // GRPO / RLOO: each kept sample's advantage from the sequence rewards of its group,
 // clip(score) - kl_coef * sum_t kl(logp - logp_ref) (--kl-estimator; k1: the log-ratio), gathered from every rank (each holds
-// some of a group's samples). Indexed by rollout position.
+// some of a group's samples); under GDPO (the scores already normalised within their groups)
+// those rewards standardised over the rollout. Indexed by rollout position.
 static double *group_estimates(Ppo *p, const Rollout *r, const AdvantageConfig *advantage) {
     double *rewards = xcalloc(r->count + 1, sizeof(double));
     for (int q = 0; q < r->count; q++) {
@@ -528,7 +529,8 @@ static double *group_estimates(Ppo *p, const Rollout *r, const AdvantageConfig *
     }
     dist_sum_doubles(rewards, r->count);
     double *out = xcalloc(r->count + 1, sizeof(double));
-    rollout_group_advantages(p->c.estimator, p->c.group_scale, rewards, r->lengths, r->groups, r->count, out);
+    if (p->c.reward_aggregation == REWARD_NORMALIZE_THEN_SUM) batch_standardized(rewards, r->count, out);
+    else rollout_group_advantages(p->c.estimator, p->c.group_scale, rewards, r->lengths, r->groups, r->count, out);
     free(rewards);
     return out;
 }
@@ -559,6 +561,26 @@ static void token_segments(Sample *s) {
     s->segment_count = s->response_length;
 }
 
+// GDPO (--multi-objective-aggregation normalize_then_sum): every sample's sum of its reward
+// sources' scores normalised within its group (decoupled_group_rewards), from this rank's
+// sources' scores parts[k][0..) (its samples in rollout order) gathered across the ranks.
+// Indexed by rollout position.
+static double *decoupled_rollout_rewards(Ppo *p, const Rollout *r, float *const *parts) {
+    const int sources = p->c.reward_count;
+    double *gathered = xcalloc((size_t)sources * r->count + 1, sizeof(double));
+    const double *per_source[REWARD_KINDS];
+    for (int k = 0; k < sources; k++) {
+        for (int q = 0, i = 0; q < r->count; q++)
+            if (r->local[q]) gathered[(size_t)k * r->count + q] = parts[k][i++];
+        per_source[k] = gathered + (size_t)k * r->count;
+    }
+    dist_sum_doubles(gathered, sources * r->count); // one rank holds each sample: 0 + x is x exactly
+    double *out = xcalloc(r->count + 1, sizeof(double));
+    decoupled_group_rewards(per_source, p->c.reward_weights, sources, r->groups, r->count, out);
+    free(gathered);
+    return out;
+}
+
 // The score of each of the rollout's samples on this rank (reward model, lexicon, code
 // execution, the user's command or a reward server), then the reward normalisation, DAPO's overlong
 // punishment and the missing-EOS penalty: s->score. Adds the scoring statistics (summed over the ranks) to `stats`.
@@ -586,8 +608,10 @@ static int score_rollout(Ppo *p, const Rollout *r, RolloutStats *stats) {
     for (int q = 0; q < r->count; q++)
         if (r->local[q]) raw[q] = r->local[q]->raw_score;
     dist_sum_doubles(raw, r->count);
+    double *decoupled = p->c.reward_aggregation == REWARD_NORMALIZE_THEN_SUM ? decoupled_rollout_rewards(p, r, parts) : NULL;
     for (int q = 0; q < r->count; q++) {
         float raw_score = (float)raw[q], score = raw_score;
+        if (decoupled) score = (float)decoupled[q];
         if (p->c.normalize_reward) {
             p->reward_count += 1;
             double delta = raw_score - p->reward_mean;
@@ -603,7 +627,7 @@ static int score_rollout(Ppo *p, const Rollout *r, RolloutStats *stats) {
             if (r->truncated[q]) s->score -= (float)p->c.missing_eos_penalty;
         }
     }
-    free(raw);
+    free(raw), free(decoupled);
     RolloutStats local = {0};
     for (int i = 0; i < count; i++) {
         const Sample *s = samples[i];

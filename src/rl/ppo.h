@@ -120,6 +120,10 @@ typedef struct {
     AdvantageEstimator estimator;
     int samples_per_prompt; // responses generated per prompt (GRPO/RLOO: at least 2)
     GroupScale group_scale; // GRPO only
+    // GRPO only: NORMALIZE_THEN_SUM (GDPO) makes s->score the sum of the reward sources' in-group
+    // normalised scores (then the penalties), and the advantage that sum standardised over the
+    // rollout, group_scale unused.
+    RewardAggregation reward_aggregation;
     AdvantageConfig advantage;
     PpoLossConfig loss;
     MacroConfig macro;

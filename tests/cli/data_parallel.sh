@@ -556,6 +556,10 @@ close "$(json_values "$tmp/filter_one/metrics.jsonl" train/uniform_groups_droppe
 # two reward sources (the reward model and the lexicon) on each rank's own responses.
 ppo_one_and_two_ranks remax_two_ranks_same_training --advantage-estimator remax --termination-condition token \
     --reward model,lexicon --reward-weights 1,0.5 --gold-lexicon data/austen/lexicon.tsv
+# GDPO: the two answers to a prompt land on different ranks; each source's scores are gathered
+# before their in-group normalisation.
+ppo_one_and_two_ranks gdpo_two_ranks_same_training "${grpo[@]}" --reward model,lexicon --reward-weights 1,0.5 \
+    --gold-lexicon data/austen/lexicon.tsv --multi-objective-aggregation normalize_then_sum
 # --reward command: each rank runs its own copy of the program for its own responses.
 printf '%s\n' 'import json, sys' 'for line in sys.stdin:' '    print(json.loads(line)["response"].count("e") / 5, flush=True)' \
     > "$tmp/count_e.py"

@@ -893,6 +893,34 @@ sys.exit(0 if ok else 1)
 PYEOF2
     ! cmp -s "$tmp/mixed/final/actor/model.safetensors" "$tmp/mixed_model/final/actor/model.safetensors" &&
     pass ppo_reward_sources_weighted || fail ppo_reward_sources_weighted "$(tail -n 2 "$tmp/mixed.err")"
+# GDPO (TRL's multi_objective_aggregation="normalize_then_sum"): the same first rollout and raw
+# scores as the weighted sum's, but each source normalised within its group before the sum, so
+# the iteration's mean score is 0 (every group's normalised scores sum to 0), and another training.
+"$bin" ppo "${common[@]}" "${mixed[@]}" --reward model,command --reward-weights 1,0.5 \
+    --reward-command "python3 $tmp/reward.py /dev/null" --multi-objective-aggregation normalize_then_sum \
+    --output "$tmp/gdpo" 2> "$tmp/gdpo.err"
+python3 - "$tmp" << 'PYEOF2' &&
+import json, sys
+def rows(name):
+    return [r for r in map(json.loads, open(f"{sys.argv[1]}/{name}/metrics.jsonl")) if "train/score" in r]
+mixed, gdpo = rows("mixed"), rows("gdpo")
+print(f"GDPO first iteration: score {gdpo[0]['train/score']}, raw {gdpo[0]['train/raw_score']} "
+      f"(sum: score {mixed[0]['train/score']}, raw {mixed[0]['train/raw_score']})", file=sys.stderr)
+ok = len(gdpo) == 2 and gdpo[0]["train/raw_score"] == mixed[0]["train/raw_score"]
+ok &= gdpo[0]["train/reward_model"] == mixed[0]["train/reward_model"]
+ok &= all(abs(r["train/score"]) < 1e-6 for r in gdpo) and abs(mixed[0]["train/score"]) > 1e-3
+sys.exit(0 if ok else 1)
+PYEOF2
+    ! cmp -s "$tmp/gdpo/final/actor/model.safetensors" "$tmp/mixed/final/actor/model.safetensors" &&
+    pass ppo_gdpo_normalize_then_sum || fail ppo_gdpo_normalize_then_sum "$(tail -n 2 "$tmp/gdpo.err")"
+expect_error ppo_gdpo_bad_value "--multi-objective-aggregation must be sum_then_normalize or normalize_then_sum" \
+    "$bin" ppo "${common[@]}" --multi-objective-aggregation mean --output "$tmp/x"
+expect_error ppo_gdpo_not_grpo "--multi-objective-aggregation normalize_then_sum applies to --advantage-estimator grpo" \
+    "$bin" ppo "${common[@]}" --multi-objective-aggregation normalize_then_sum --output "$tmp/x"
+expect_error ppo_gdpo_scale_rewards "--scale-rewards" "$bin" ppo "${common[@]}" "${mixed[@]}" \
+    --multi-objective-aggregation normalize_then_sum --scale-rewards batch --output "$tmp/x"
+expect_error ppo_gdpo_normalize_reward "--normalize-reward" "$bin" ppo "${common[@]}" "${mixed[@]}" \
+    --multi-objective-aggregation normalize_then_sum --normalize-reward --output "$tmp/x"
 expect_error ppo_reward_sources_twice "--reward names model twice" "$bin" ppo "${common[@]}" --reward model,model \
     --output "$tmp/x"
 expect_error ppo_reward_sources_unknown "--reward must be model, lexicon" "$bin" ppo "${common[@]}" --reward model,rm \
