@@ -450,6 +450,77 @@ static void test_policy_losses_against_trl(void) {
         kl_cov_cases++;
     }
     EXPECT(kl_cov_cases == 3, "%d KL-Cov cases", kl_cov_cases);
+    // verl's Clip-Cov over a micro-batch: the same candidates (covariance within the bounds,
+    // PPO's clip not binding), the same draw from the same keys, and the token-mean loss with the
+    // drawn tokens' terms left out (a zero advantage, as actor_micro_step does) and its gradient.
+    int clip_cov_cases = 0, partial_draws = 0;
+    json_array_foreach(json_object_get(root, "clip_cov"), index, c) {
+        PpoLossConfig config = {.policy_loss = POLICY_LOSS_CLIP_COV,
+                                .clip_ratio = (float)json_number_value(json_object_get(c, "epsilon_low")),
+                                .clip_ratio_high = (float)json_number_value(json_object_get(c, "epsilon_high"))};
+        const double ratio = json_number_value(json_object_get(c, "clip_cov_ratio"));
+        json_t *lengths = json_object_get(c, "lengths");
+        const int B = (int)json_array_size(lengths);
+        float logp_old[64], logp_new[64], advantages[64], grad[64] = {0};
+        double keys[64];
+        int first[8], R[8], n = 0, segments[64];
+        for (int b = 0; b < B; b++) {
+            first[b] = n;
+            R[b] = floats(json_array_get(json_object_get(c, "logp_old"), b), logp_old + n);
+            floats(json_array_get(json_object_get(c, "logp_new"), b), logp_new + n);
+            floats(json_array_get(json_object_get(c, "advantages"), b), advantages + n);
+            json_t *row_keys = json_array_get(json_object_get(c, "keys"), b);
+            for (int t = 0; t < R[b]; t++) keys[n + t] = json_number_value(json_array_get(row_keys, t));
+            n += R[b];
+        }
+        unsigned char unclipped[64], selected[64];
+        for (int t = 0; t < n; t++) {
+            segments[t] = 1;
+            unclipped[t] = !ppo_clip_binds(advantages[t], (double)logp_new[t] - logp_old[t], config.clip_ratio,
+                                           config.clip_ratio_high);
+        }
+        const long drawn = clip_cov_tokens(advantages, logp_new, unclipped, keys, n, ratio,
+                                           json_number_value(json_object_get(c, "lower")),
+                                           json_number_value(json_object_get(c, "upper")), selected);
+        long candidates = 0;
+        double loss = 0;
+        const float scale = 1.0f / n; // token-mean over the micro-batch
+        for (int b = 0; b < B; b++) {
+            float want_selected[16], want_candidate[16];
+            floats(json_array_get(json_object_get(c, "selected"), b), want_selected);
+            floats(json_array_get(json_object_get(c, "candidates"), b), want_candidate);
+            float kept[16];
+            for (int t = 0; t < R[b]; t++) {
+                EXPECT(selected[first[b] + t] == (want_selected[t] != 0), "Clip-Cov case %zu response %d token %d drawn",
+                       index, b, t);
+                candidates += want_candidate[t] != 0;
+                EXPECT(!selected[first[b] + t] || want_candidate[t] != 0,
+                       "Clip-Cov case %zu response %d token %d drawn but not a candidate", index, b, t);
+                kept[t] = selected[first[b] + t] ? 0.0f : advantages[first[b] + t];
+            }
+            loss += scale * ppo_policy_loss(&config, logp_new + first[b], logp_old + first[b], kept, segments, R[b],
+                                            R[b], scale, grad + first[b], NULL);
+        }
+        long want_drawn = (long)(n * ratio);
+        if (want_drawn < 1) want_drawn = 1;
+        if (want_drawn > candidates) want_drawn = candidates;
+        EXPECT(drawn == want_drawn, "Clip-Cov case %zu: %ld drawn, want %ld", index, drawn, want_drawn);
+        partial_draws += drawn >= 2 && drawn < candidates;
+        char what[96];
+        snprintf(what, sizeof what, "Clip-Cov case %zu loss", index);
+        EXPECT_CLOSE(loss, json_number_value(json_object_get(c, "loss")), 1e-6, 1e-4, what);
+        for (int b = 0; b < B; b++) {
+            float want[16];
+            floats(json_array_get(json_object_get(c, "grad"), b), want);
+            for (int t = 0; t < R[b]; t++) {
+                snprintf(what, sizeof what, "Clip-Cov case %zu d loss / d logp[%d][%d]", index, b, t);
+                EXPECT_CLOSE(grad[first[b] + t], want[t], 1e-6, 1e-4, what);
+            }
+        }
+        clip_cov_cases++;
+    }
+    EXPECT(clip_cov_cases == 4 && partial_draws > 0, "%d Clip-Cov cases, %d drawing some of several candidates",
+           clip_cov_cases, partial_draws);
     EXPECT(dropped > 0 && zero_weights > 0 && clamped_weights > 0,
            "the cases drop %d responses, zero %d weights, clamp %d (each must be some)", dropped, zero_weights,
            clamped_weights);

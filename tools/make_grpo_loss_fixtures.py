@@ -26,7 +26,9 @@ Writes tests/fixtures/ppo/grpo_losses.json: {"losses": [{"loss_type", "level", "
 "epsilon_high", "logp_old", "logp_ref", "logp_new", "advantage", "loss", "grad"}], "gmpo": [{"epsilon_low",
 "epsilon_high", "logp_old", "logp_new", "advantage", "loss", "grad"}], "kl_cov": [{"lengths", "kl_cov_ratio",
 "ppo_kl_coef", "logp_old", "logp_new", "advantages", "selected", "loss", "grad"} (per response, lists)],
-"gdpo": [{"parts" (per source, per response), "weights", "groups", "rewards", "advantages"}]}.
+"gdpo": [{"parts" (per source, per response), "weights", "groups", "rewards", "advantages"}],
+"clip_cov": [{"lengths", "clip_cov_ratio", "lower", "upper", "epsilon_low", "epsilon_high", "logp_old", "logp_new",
+"advantages", "keys", "candidates", "selected", "loss", "grad"} (per response, lists)]}.
 usage: .venv-tools/bin/python tools/make_grpo_loss_fixtures.py
 """
 import json
@@ -316,14 +318,66 @@ def gdpo_case(generations, groups, weights, constant_source=None):
             "advantages": advantages.tolist()}
 
 
+def clip_cov_case(lengths, clip_cov_ratio, lower, upper, eps_low=0.2, eps_high=0.28):
+    """verl's compute_policy_loss_clip_cov (core_algos.py, written out) on one micro-batch of
+    responses with these lengths: PPO's clipped term, times 0 on up to max(1, int(n
+    clip_cov_ratio)) tokens drawn among those that PPO's clip leaves alone (not pg_losses2 >
+    pg_losses1) whose (A - mean A)(logp - mean logp) lies strictly in (lower, upper); token-mean
+    aggregation; autograd. verl draws them with torch.randperm; here each token has a uniform key
+    and the draw takes the smallest keys (marlhf's way, another uniform subset), so that the
+    loss can be checked whatever the draw."""
+    B, T = len(lengths), max(lengths)
+    mask = torch.zeros(B, T, dtype=torch.float64)
+    for b, n in enumerate(lengths):
+        mask[b, :n] = 1
+    old = torch.tensor([[rng.uniform(-4.0, -0.2) for _ in range(T)] for _ in range(B)], dtype=torch.float64)
+    new = (old + torch.tensor([[rng.gauss(0, 0.3) for _ in range(T)] for _ in range(B)], dtype=torch.float64))
+    new = new.requires_grad_()
+    advantages = torch.tensor([[rng.gauss(0, 1.5) for _ in range(T)] for _ in range(B)], dtype=torch.float64)
+    keys = torch.tensor([[rng.random() for _ in range(T)] for _ in range(B)], dtype=torch.float64)
+    ratio = torch.exp(new - old)
+    pg_losses1 = -advantages * ratio
+    pg_losses2 = -advantages * torch.clamp(ratio, 1 - eps_low, 1 + eps_high)
+    clip_by_origin = (pg_losses2 > pg_losses1) & (mask > 0)
+    valid = mask > 0
+    mean_adv = advantages[valid].mean()
+    mean_logp = new.detach()[valid].mean()
+    cov_all = (advantages - mean_adv) * (new.detach() - mean_logp)
+    cov_all[~valid] = -torch.inf
+    cov_all[clip_by_origin] = -torch.inf
+    clip_num = max(int(clip_cov_ratio * mask.sum().item()), 1)
+    candidates = (cov_all < upper) & (cov_all > lower) & valid
+    picked = sorted(((keys[b, t].item(), b * T + t) for b, t in torch.nonzero(candidates).tolist()))[:clip_num]
+    corr = torch.ones_like(advantages)
+    selected = torch.zeros(B, T, dtype=torch.int64)
+    for _, flat in picked:
+        corr[flat // T, flat % T] = 0
+        selected[flat // T, flat % T] = 1
+    pg_losses = torch.maximum(pg_losses1, pg_losses2) * corr
+    loss = (pg_losses * mask).sum() / mask.sum()
+    loss.backward()
+    rows = lambda x: [x[b, :n].tolist() for b, n in enumerate(lengths)]
+    return {"lengths": lengths, "clip_cov_ratio": clip_cov_ratio, "lower": lower, "upper": upper,
+            "epsilon_low": eps_low, "epsilon_high": eps_high, "logp_old": rows(old),
+            "logp_new": rows(new.detach()), "advantages": rows(advantages), "keys": rows(keys),
+            "candidates": rows(candidates.long()), "selected": rows(selected), "loss": loss.item(),
+            "grad": rows(new.grad)}
+
+
 # GDPO's aggregation, drawn last for the same reason.
 gdpo = [gdpo_case(4, 2, [1.0, 1.0]), gdpo_case(3, 3, [1.0, 0.5, 2.0], constant_source=1),
         gdpo_case(8, 2, [0.7, -0.3]), gdpo_case(2, 4, [1.0])]
 
+# verl's Clip-Cov, drawn last for the same reason: one token drawn of four candidates, a draw
+# larger than its candidates (both taken), verl's defaults (one of four), wider bounds (3 of 9).
+clip_cov = [clip_cov_case([6, 8, 5], 0.1, 1.0, 5.0), clip_cov_case([7, 9], 0.5, 1.0, 5.0),
+            clip_cov_case([10, 4, 6], 0.0002, 1.0, 5.0), clip_cov_case([12, 10], 0.15, 0.05, 3.0)]
+
 path = os.path.join(os.path.dirname(__file__), "..", "tests/fixtures/ppo/grpo_losses.json")
 with open(path, "w") as f:
     json.dump({"losses": losses, "batch_scaling": batch_scaling, "rollout_correction": rollout_correction,
-               "kl_bias_correction": kl_bias_correction, "gmpo": gmpo, "kl_cov": kl_cov, "gdpo": gdpo}, f)
+               "kl_bias_correction": kl_bias_correction, "gmpo": gmpo, "kl_cov": kl_cov, "gdpo": gdpo,
+               "clip_cov": clip_cov}, f)
 print("wrote", path, len(losses), "loss cases,", len(batch_scaling), "batches,", len(rollout_correction),
       "rollout-correction cases,", len(kl_bias_correction), "KL bias-correction cases,", len(gmpo), "GMPO cases,",
-      len(kl_cov), "KL-Cov micro-batches,", len(gdpo), "GDPO batches")
+      len(kl_cov), "KL-Cov micro-batches,", len(gdpo), "GDPO batches,", len(clip_cov), "Clip-Cov micro-batches")

@@ -100,9 +100,11 @@ int cmd_ppo(int argc, char **argv) {
     char *rollout_correction = "none";
     bool kl_loss_bias_correction = false;
     double kl_cov_ratio = c.loss.kl_cov_ratio, kl_cov_coef = c.loss.kl_cov_coef;
+    double clip_cov_ratio = c.loss.clip_cov_ratio, clip_cov_lower = c.loss.clip_cov_lower;
+    double clip_cov_upper = c.loss.clip_cov_upper;
     long critic_warmup_iterations = 0;
     SamplerExtrasCli extras = SAMPLER_EXTRAS_CLI_DEFAULTS;
-    Option options[177] = {
+    Option options[180] = {
         {"actor-model", "actor_model_name_or_path model", OPT_STRING, &actor, "the SFT model (actor and, by default, reference)", true, false},
         {"reward-model", "reward_model critic_model_name_or_path_for_reward", OPT_STRING, &reward_model, "the reward model (frozen)", false, false},
         {"critic-model", "critic_model_name_or_path", OPT_STRING, &critic, "critic initialisation (default: the reward model)", false, false},
@@ -181,11 +183,19 @@ int cmd_ppo(int argc, char **argv) {
          "(gradient-free gamma weight of the response's ratio) | luspo (ppo with --ratio sequence and "
          "--loss-aggregation seq-mean-token-sum) | gmpo (the geometric mean of the log-clipped token ratios; "
          "--cliprange 0.4 by default, in log space) | kl_cov (unclipped, a KL penalty on the tokens of largest "
-         "advantage-log-prob covariance)", false, false},
+         "advantage-log-prob covariance) | clip_cov (clipped, a few tokens of covariance within bounds left out)",
+         false, false},
         {"kl-cov-ratio", "kl_cov_ratio", OPT_FLOAT, &kl_cov_ratio,
          "--policy-loss kl_cov: the fraction of a micro-batch's tokens penalised (verl's; at least one)", false, false},
         {"kl-cov-coef", "ppo_kl_coef", OPT_FLOAT, &kl_cov_coef,
          "--policy-loss kl_cov: the weight of their |logp - old logp| (verl's ppo_kl_coef)", false, false},
+        {"clip-cov-ratio", "clip_cov_ratio", OPT_FLOAT, &clip_cov_ratio,
+         "--policy-loss clip_cov: the fraction of a micro-batch's tokens left out (verl's; at least one)", false, false},
+        {"clip-cov-lower", "clip_cov_lb", OPT_FLOAT, &clip_cov_lower,
+         "--policy-loss clip_cov: only tokens whose covariance is above this are drawn (verl's clip_cov_lb)", false,
+         false},
+        {"clip-cov-upper", "clip_cov_ub", OPT_FLOAT, &clip_cov_upper,
+         "--policy-loss clip_cov: ... and below this (verl's clip_cov_ub)", false, false},
         {"cispo-max-weight", "cispo_max_weight", OPT_FLOAT, &cispo_max_weight,
          "--policy-loss cispo: the token weight's cap (TRL's epsilon_high for cispo)", false, false},
         {"sapo-temperature-pos", "sapo_temperature_pos", OPT_FLOAT, &sapo_temperature_pos,
@@ -403,15 +413,23 @@ int cmd_ppo(int argc, char **argv) {
     // over its tokens: a name for three settings.
     const bool luspo = !strcmp(policy_loss, "luspo");
     if (policy_loss_kind_from_name(luspo ? "ppo" : policy_loss, &c.loss.policy_loss) != 0)
-        die_user("option --policy-loss must be ppo, cispo, sapo, vespo, luspo, gmpo or kl_cov, got '%s'", policy_loss);
+        die_user("option --policy-loss must be ppo, cispo, sapo, vespo, luspo, gmpo, kl_cov or clip_cov, got '%s'",
+                 policy_loss);
     if (!(kl_cov_ratio > 0 && kl_cov_ratio <= 1) || !(kl_cov_coef >= 0) || !isfinite(kl_cov_coef))
         die_user("options --kl-cov-ratio must be in (0, 1] and --kl-cov-coef >= 0, got %g and %g", kl_cov_ratio,
                  kl_cov_coef);
     c.loss.kl_cov_ratio = (float)kl_cov_ratio, c.loss.kl_cov_coef = (float)kl_cov_coef;
+    if (!(clip_cov_ratio > 0 && clip_cov_ratio <= 1) || !isfinite(clip_cov_lower) || !isfinite(clip_cov_upper) ||
+        !(clip_cov_lower < clip_cov_upper))
+        die_user("options --clip-cov-ratio must be in (0, 1] and --clip-cov-lower below --clip-cov-upper, got %g, %g "
+                 "and %g", clip_cov_ratio, clip_cov_lower, clip_cov_upper);
+    c.loss.clip_cov_ratio = (float)clip_cov_ratio, c.loss.clip_cov_lower = (float)clip_cov_lower;
+    c.loss.clip_cov_upper = (float)clip_cov_upper;
     if ((c.loss.policy_loss == POLICY_LOSS_VESPO || c.loss.policy_loss == POLICY_LOSS_GMPO ||
-         c.loss.policy_loss == POLICY_LOSS_KL_COV) && ratio &&
+         c.loss.policy_loss == POLICY_LOSS_KL_COV || c.loss.policy_loss == POLICY_LOSS_CLIP_COV) && ratio &&
         strcmp(ratio, "per-token") != 0)
-        die_user("option --ratio does not apply to --policy-loss %s (it makes its own ratio)", policy_loss);
+        die_user("option --ratio does not apply to --policy-loss %s (it makes its own ratio or takes the token's)",
+                 policy_loss);
     // GMPO clips log-ratios, and recommends a wider range than PPO's (TRL's GMPOConfig epsilon).
     if (c.loss.policy_loss == POLICY_LOSS_GMPO && !options_given(&set, "cliprange")) clip_ratio = 0.4;
     if (!ratio) ratio = luspo ? "sequence" : "per-token";

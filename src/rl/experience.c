@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "core/check.h"
+#include "core/rng.h"
 
 void sample_free(Sample *s) {
     free(s->response);
@@ -164,12 +165,15 @@ static void correct_for_sampling(const PpoLossConfig *loss, const Sample *s, con
             }
 }
 
-// KL-Cov (PpoLossConfig.kl_cov_ratio): which of the micro-batch's trained response tokens
-// take the penalty, by their advantage's and new log-prob's covariance over them
-// (kl_cov_tokens). [B, T] flags at the samples' response slots (xmalloc'd), or NULL when there
-// is no such token.
-static unsigned char *kl_cov_selection(const PpoLossConfig *loss, Sample *const *samples, int count, int T,
-                                       const float *logp) {
+// KL-Cov and Clip-Cov (PpoLossConfig.policy_loss): which of the micro-batch's trained response
+// tokens take KL-Cov's penalty or lose Clip-Cov's policy term, by their advantage's and new
+// log-prob's covariance over them (kl_cov_tokens, clip_cov_tokens). Clip-Cov's random draws
+// are keyed by the sample's rollout row, the epoch and the token, so that a token's draw does
+// not depend on the micro-batch's other samples or the rank that trains it. [B, T] flags at the
+// samples' response slots (xmalloc'd), or NULL when there is no such token.
+// old_from_this_forward: the old log-probs are this forward's (every ratio 1).
+static unsigned char *covariance_selection(const PpoLossConfig *loss, Sample *const *samples, int count, int T,
+                                           const float *logp, bool old_from_this_forward, uint64_t seed, int epoch) {
     const long n = trained_token_count(samples, count);
     if (n == 0) return NULL;
     float *advantages = xmalloc((size_t)n * sizeof(float)), *logps = xmalloc((size_t)n * sizeof(float));
@@ -182,7 +186,25 @@ static unsigned char *kl_cov_selection(const PpoLossConfig *loss, Sample *const 
         k += s->response_length;
     }
     gather_trained_tokens(samples, count, T, logp, logps);
-    kl_cov_tokens(advantages, logps, n, loss->kl_cov_ratio, chosen);
+    if (loss->policy_loss == POLICY_LOSS_KL_COV) kl_cov_tokens(advantages, logps, n, loss->kl_cov_ratio, chosen);
+    else {
+        unsigned char *unclipped = xmalloc((size_t)n);
+        double *keys = xmalloc((size_t)n * sizeof(double));
+        k = 0;
+        for (int b = 0; b < count; b++) {
+            const Sample *s = samples[b];
+            if (s->loss_scale == 0) continue;
+            const uint64_t stream = rng_stream("clip_cov", s->row_id, (uint64_t)epoch);
+            for (int j = 0; j < s->response_length; j++, k++) {
+                const double log_ratio = old_from_this_forward ? 0.0 : (double)logps[k] - s->logp_old[j];
+                unclipped[k] = !ppo_clip_binds(advantages[k], log_ratio, loss->clip_ratio, loss->clip_ratio_high);
+                keys[k] = rng_uniform_double(seed, stream, (uint64_t)j);
+            }
+        }
+        clip_cov_tokens(advantages, logps, unclipped, keys, n, loss->clip_cov_ratio, loss->clip_cov_lower,
+                        loss->clip_cov_upper, chosen);
+        free(unclipped), free(keys);
+    }
     unsigned char *selected = xcalloc((size_t)count * T, 1);
     k = 0;
     for (int b = 0; b < count; b++) {
@@ -197,7 +219,7 @@ static unsigned char *kl_cov_selection(const PpoLossConfig *loss, Sample *const 
 
 double actor_micro_step(Model *actor, Sample *const *samples, int count, const PpoLossConfig *loss,
                         double entropy_coef, bool old_from_this_forward, bool entropy_from_this_forward,
-                        PpoLossStats *stats, double *entropy_sum) {
+                        uint64_t seed, int epoch, PpoLossStats *stats, double *entropy_sum) {
     SampleBatch batch;
     build_rows(samples, count, &batch);
     long N = (long)batch.B * batch.T;
@@ -206,10 +228,14 @@ double actor_micro_step(Model *actor, Sample *const *samples, int count, const P
     forward(actor, &batch);
     model_logprobs(actor, batch.targets, logp, NULL, entropy);
     const double threshold = low_entropy_threshold(loss, samples, count, batch.T, entropy);
-    unsigned char *kl_cov = loss->policy_loss == POLICY_LOSS_KL_COV ? kl_cov_selection(loss, samples, count, batch.T, logp)
-                                                                    : NULL;
-    const bool adjusts_advantages =
-        threshold > -INFINITY || loss->rollout_correction != ROLLOUT_CORRECTION_NONE || loss->off_policy_mask;
+    unsigned char *selected = loss->policy_loss == POLICY_LOSS_KL_COV || loss->policy_loss == POLICY_LOSS_CLIP_COV
+                                  ? covariance_selection(loss, samples, count, batch.T, logp, old_from_this_forward,
+                                                         seed, epoch)
+                                  : NULL;
+    unsigned char *kl_cov = loss->policy_loss == POLICY_LOSS_KL_COV ? selected : NULL;
+    unsigned char *clip_cov = loss->policy_loss == POLICY_LOSS_CLIP_COV ? selected : NULL;
+    const bool adjusts_advantages = threshold > -INFINITY || loss->rollout_correction != ROLLOUT_CORRECTION_NONE ||
+                                    loss->off_policy_mask || clip_cov;
     float *advantages = NULL; // a sample's advantages as the policy term sees them (adjusts_advantages)
     double total = 0;
     for (int b = 0; b < count; b++) {
@@ -220,14 +246,19 @@ double actor_micro_step(Model *actor, Sample *const *samples, int count, const P
             memcpy(s->entropy, entropy + offset, s->response_length * sizeof(float));
         // The advantages the policy term sees: the sample's, or a copy that the 80/20 rule (a
         // token whose entropy is below the threshold leaves the policy term: a zero advantage
-        // makes every policy loss form's term and gradient 0; the KL term stays), the rollout
-        // correction and the off-policy mask change.
+        // makes every policy loss form's term and gradient 0; the KL term stays), Clip-Cov's
+        // left-out tokens (the same way), the rollout correction and the off-policy mask change.
         const float *sample_advantages = s->advantages;
         if (adjusts_advantages) {
             advantages = xrealloc(advantages, (size_t)s->response_length * sizeof(float));
             memcpy(advantages, s->advantages, (size_t)s->response_length * sizeof(float));
             for (int j = 0; j < s->response_length && threshold > -INFINITY; j++)
                 if (entropy[offset + j] < threshold) advantages[j] = 0.0f;
+            for (int j = 0; j < s->response_length && clip_cov; j++)
+                if (clip_cov[offset + j]) {
+                    advantages[j] = 0.0f;
+                    if (stats) stats->clip_cov_left_out += 1;
+                }
             if (loss->rollout_correction != ROLLOUT_CORRECTION_NONE || loss->off_policy_mask)
                 correct_for_sampling(loss, s, logp + offset, advantages, stats);
             sample_advantages = advantages;
@@ -256,7 +287,7 @@ double actor_micro_step(Model *actor, Sample *const *samples, int count, const P
         }
     }
     model_backward(actor, dlogp, dentropy, NULL);
-    free(logp), free(dlogp), free(entropy), free(dentropy), free(advantages), free(kl_cov);
+    free(logp), free(dlogp), free(entropy), free(dentropy), free(advantages), free(selected);
     free_rows(&batch);
     return total;
 }

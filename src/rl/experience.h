@@ -27,6 +27,7 @@ typedef struct {
     float raw_score; // the same before reward normalisation
     float gold;      // lexicon score of the response (NAN when there is no lexicon)
     float baseline;  // ReMax: the score of the actor's greedy answer to the prompt (remax_baselines)
+    uint64_t row_id; // the rollout row that generated it (its sampling's random numbers; Clip-Cov's draws)
     float loss_scale; // this sample's tokens' weight in its minibatch's mean
 } Sample;
 
@@ -48,7 +49,7 @@ void experience_scores(Model *model, Sample *const *samples, int count, int micr
 // their entropy only (the old log-probs came from generation).
 double actor_micro_step(Model *actor, Sample *const *samples, int count, const PpoLossConfig *loss,
                         double entropy_coef, bool old_from_this_forward, bool entropy_from_this_forward,
-                        PpoLossStats *stats, double *entropy_sum);
+                        uint64_t seed, int epoch, PpoLossStats *stats, double *entropy_sum);
 // Critic micro-step: forward, clipped value loss, backward.
 double critic_micro_step(Model *critic, Sample *const *samples, int count, const PpoLossConfig *loss,
                          PpoLossStats *stats);

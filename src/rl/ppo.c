@@ -78,7 +78,7 @@ PpoConfig ppo_default_config(void) {
                  .policy_loss = POLICY_LOSS_PPO, .cispo_max_weight = 5.0f, .sapo_temperature_pos = 1.0f,
                  .sapo_temperature_neg = 1.05f, .vespo_k_pos = 2.0f, .vespo_lambda_pos = 3.0f,
                  .vespo_k_neg = 3.0f, .vespo_lambda_neg = 2.0f, .kl_loss_estimator = KL_K3, .kl_cov_ratio = 0.0002f,
-                 .kl_cov_coef = 1.0f},
+                 .kl_cov_coef = 1.0f, .clip_cov_ratio = 0.0002f, .clip_cov_lower = 1.0f, .clip_cov_upper = 5.0f},
         .macro = {.condition = TERMINATION_FIXED, .ngram = 5, .repeat_times = 1, .randomized_include_one = true,
                   .parser_cutoff = 5, .dedupe_boundaries = true, .ppl_monotone = false, .seed = 1234},
         .kl_horizon = 10000,
@@ -392,6 +392,7 @@ static void rollout(Ppo *p, const PromptSet *set, const long *order, long count,
             s->response = rows[b].tokens;
             s->response_length = rows[b].length;
             s->stop = rows[b].stop;
+            s->row_id = row_ids[b];
             rows[b].tokens = NULL;
             if (p->c.old_logprobs_from_rollout || p->c.loss.rollout_correction != ROLLOUT_CORRECTION_NONE)
                 s->rollout_logp = rows[b].logprobs, rows[b].logprobs = NULL;
@@ -913,13 +914,14 @@ static void adapt_entropy_coef(Ppo *p, double entropy_sum, double tokens) {
 // The sums of the loss statistics over the ranks (the gradient norms and the step count
 // are already the same everywhere).
 static void sum_train_stats_across_ranks(TrainStats *stats) {
-    double packed[18] = {stats->actor.policy_loss, stats->actor.value_loss, stats->actor.clipped,
+    double packed[19] = {stats->actor.policy_loss, stats->actor.value_loss, stats->actor.clipped,
                          stats->actor.approx_kl, stats->actor.ratio_sum, stats->actor.tokens,
                          stats->critic.policy_loss, stats->critic.value_loss, stats->critic.clipped,
                          stats->critic.approx_kl, stats->critic.ratio_sum, stats->critic.tokens,
                          stats->policy_loss, stats->value_loss, stats->entropy, stats->ptx_loss,
-                         stats->actor.rollout_weight_sum, stats->actor.off_policy_masked};
-    dist_sum_doubles(packed, 18);
+                         stats->actor.rollout_weight_sum, stats->actor.off_policy_masked,
+                         stats->actor.clip_cov_left_out};
+    dist_sum_doubles(packed, 19);
     PpoLossStats *parts[2] = {&stats->actor, &stats->critic};
     for (int k = 0; k < 2; k++) {
         const double *v = packed + 6 * k;
@@ -929,6 +931,7 @@ static void sum_train_stats_across_ranks(TrainStats *stats) {
     stats->policy_loss = packed[12], stats->value_loss = packed[13], stats->entropy = packed[14];
     stats->ptx_loss = packed[15]; // rank 0's: the others ran no PTX batch
     stats->actor.rollout_weight_sum = packed[16], stats->actor.off_policy_masked = packed[17];
+    stats->actor.clip_cov_left_out = packed[18];
 }
 
 // PPO epochs over the rollout. Every rank walks the same minibatches of the whole rollout
@@ -1005,7 +1008,8 @@ static void train_actor_minibatch(Ppo *p, Sample **minibatch, int size, int roun
             int n = size - k < p->c.micro_batch ? size - k : p->c.micro_batch;
             stats->policy_loss += actor_micro_step(&p->actor, minibatch + k, n, &p->c.loss, entropy_coef,
                                                    p->old_logprobs_from_training,
-                                                   p->old_logprobs_from_rollout && epoch == 0, &stats->actor,
+                                                   p->old_logprobs_from_rollout && epoch == 0, p->c.seed, epoch,
+                                                   &stats->actor,
                                                    &stats->entropy);
         }
         dist_backward_round_end(&p->actor);
@@ -2105,8 +2109,8 @@ int ppo_run(const PpoConfig *config) {
         enum { FIGURES = sizeof values / sizeof values[0] };
         static const char *const reward_part_names[REWARD_KINDS] = {"reward_model", "reward_lexicon", "reward_code",
                                                                     "reward_command", "reward_remote"};
-        const char *line_names[FIGURES + REWARD_KINDS + 1];
-        double line_values[FIGURES + REWARD_KINDS + 1];
+        const char *line_names[FIGURES + REWARD_KINDS + 3];
+        double line_values[FIGURES + REWARD_KINDS + 3];
         int metric_count = 0;
         for (int k = 0; k < FIGURES - 1; k++) line_names[metric_count] = names[k], line_values[metric_count++] = values[k];
         for (int k = 0; k < p->c.reward_count && p->c.reward_count > 1; k++)
@@ -2114,12 +2118,15 @@ int ppo_run(const PpoConfig *config) {
             line_values[metric_count++] = rs.reward_parts[k] / scored;
         if (p->c.estimator == ESTIMATOR_REMAX) // the mean score of the greedy answers
             line_names[metric_count] = "baseline_score", line_values[metric_count++] = rs.baseline / experienced;
+        if (p->c.loss.policy_loss == POLICY_LOSS_CLIP_COV) // the fraction of tokens Clip-Cov left out (verl's pg_clipfrac)
+            line_names[metric_count] = "clip_cov_left_out",
+            line_values[metric_count++] = ts.actor.clip_cov_left_out / actor_tokens;
         if (device_mib >= 0)
             line_names[metric_count] = names[FIGURES - 1], line_values[metric_count++] = values[FIGURES - 1];
         // A frozen actor (--critic-warmup-iterations) took no step: its training figures are null.
         static const char *const actor_training_metrics[] = {"policy_loss", "clip_fraction", "approx_kl", "ratio",
                                                              "actor_lr", "actor_grad_norm", "rollout_weight",
-                                                             "off_policy_masked"};
+                                                             "off_policy_masked", "clip_cov_left_out"};
         for (int k = 0; k < metric_count && p->actor_frozen; k++)
             for (size_t a = 0; a < sizeof actor_training_metrics / sizeof actor_training_metrics[0]; a++)
                 if (!strcmp(line_names[k], actor_training_metrics[a])) line_values[k] = NAN;

@@ -23,6 +23,7 @@ int policy_loss_kind_from_name(const char *name, PolicyLossKind *out) {
     else if (!strcmp(name, "vespo")) *out = POLICY_LOSS_VESPO;
     else if (!strcmp(name, "gmpo") || !strcmp(name, "geo_mean")) *out = POLICY_LOSS_GMPO;
     else if (!strcmp(name, "kl_cov") || !strcmp(name, "kl-cov")) *out = POLICY_LOSS_KL_COV;
+    else if (!strcmp(name, "clip_cov") || !strcmp(name, "clip-cov")) *out = POLICY_LOSS_CLIP_COV;
     else return -1;
     return 0;
 }
@@ -94,6 +95,7 @@ static double policy_term(const PpoLossConfig *config, double advantage, double 
     case POLICY_LOSS_SAPO:
         return sapo_term(advantage, log_ratio, config->sapo_temperature_pos, config->sapo_temperature_neg,
                          config->clip_ratio, config->clip_ratio_high, g);
+    case POLICY_LOSS_CLIP_COV: // its left-out tokens come with a zero advantage (actor_micro_step)
     case POLICY_LOSS_PPO:
     default: return clipped_term(advantage, log_ratio, config->clip_ratio, config->clip_ratio_high, config->ratio_cap, g);
     }
@@ -287,6 +289,45 @@ void kl_cov_tokens(const float *advantages, const float *logp, long n, double ra
     memset(selected, 0, (size_t)n);
     for (long i = 0; i < k; i++) selected[all[i].index] = 1;
     free(all);
+}
+
+bool ppo_clip_binds(double advantage, double log_ratio, double eps_low, double eps_high) {
+    const double ratio = exp(log_ratio);
+    const double clipped_ratio = ratio < 1 - eps_low ? 1 - eps_low : ratio > 1 + eps_high ? 1 + eps_high : ratio;
+    return -advantage * clipped_ratio > -advantage * ratio;
+}
+
+typedef struct {
+    double key;
+    long index;
+} KeyedToken;
+
+static int compare_keys(const void *a, const void *b) {
+    const KeyedToken *x = a, *y = b;
+    if (x->key != y->key) return x->key < y->key ? -1 : 1;
+    return (x->index > y->index) - (x->index < y->index);
+}
+
+long clip_cov_tokens(const float *advantages, const float *logp, const unsigned char *unclipped, const double *keys,
+                     long n, double ratio, double lower, double upper, unsigned char *selected) {
+    CHECK(n > 0, "Clip-Cov over no tokens");
+    double mean_advantage = 0, mean_logp = 0;
+    for (long i = 0; i < n; i++) mean_advantage += advantages[i], mean_logp += logp[i];
+    mean_advantage /= n, mean_logp /= n;
+    KeyedToken *candidates = xmalloc((size_t)n * sizeof(KeyedToken));
+    long count = 0;
+    for (long i = 0; i < n; i++) {
+        const double covariance = ((double)advantages[i] - mean_advantage) * ((double)logp[i] - mean_logp);
+        if (unclipped[i] && covariance > lower && covariance < upper) candidates[count++] = (KeyedToken){keys[i], i};
+    }
+    qsort(candidates, (size_t)count, sizeof(KeyedToken), compare_keys);
+    long k = (long)(n * ratio);
+    if (k < 1) k = 1;
+    if (k > count) k = count;
+    memset(selected, 0, (size_t)n);
+    for (long i = 0; i < k; i++) selected[candidates[i].index] = 1;
+    free(candidates);
+    return k;
 }
 
 double ppo_kl_cov_term(const float *logp_new, const float *logp_old, const unsigned char *selected, int R, float coef,

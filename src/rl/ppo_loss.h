@@ -31,6 +31,10 @@
 //       kl_cov_ratio fraction of a micro-batch's tokens (at least one) whose covariance
 //       (A_t - mean A)(logp_t - mean logp) over the micro-batch is largest (kl_cov_tokens picks
 //       them; ppo_kl_cov_term adds the penalty).
+//   Clip-Cov (the same paper; verl's "clip_cov"): PPO's clipped term, with the policy term
+//       (loss and gradient) of a few tokens left out: clip_cov_ratio of a micro-batch's tokens
+//       (at least one), drawn at random among those PPO's clip leaves alone whose covariance
+//       lies strictly between clip_cov_lower and clip_cov_upper (clip_cov_tokens picks them).
 // Value:   L = sum_t 0.5 max((V_t - G_t)^2, (clip(V_t, V_old_t - c, V_old_t + c) - G_t)^2) / N
 // N is the number of response tokens in the optimizer step (scale = 1/N).
 #pragma once
@@ -46,7 +50,8 @@ typedef enum {
     POLICY_LOSS_SAPO,
     POLICY_LOSS_VESPO,
     POLICY_LOSS_GMPO,
-    POLICY_LOSS_KL_COV
+    POLICY_LOSS_KL_COV,
+    POLICY_LOSS_CLIP_COV
 } PolicyLossKind;
 // How the policy term is corrected for generation's log-probs differing from the training
 // forward's (rollout_correction_weights; TRL's vllm_importance_sampling_mode).
@@ -94,6 +99,9 @@ typedef struct {
     // KL-Cov (POLICY_LOSS_KL_COV): the fraction of tokens penalised, and the penalty's weight
     // (verl's kl_cov_ratio 0.0002 and ppo_kl_coef 1).
     float kl_cov_ratio, kl_cov_coef;
+    // Clip-Cov (POLICY_LOSS_CLIP_COV): the fraction of tokens left out and the covariance's
+    // bounds (verl's clip_cov_ratio 0.0002, clip_cov_lb 1, clip_cov_ub 5).
+    float clip_cov_ratio, clip_cov_lower, clip_cov_upper;
 } PpoLossConfig;
 
 typedef struct {
@@ -106,8 +114,8 @@ typedef struct {
     // the 80/20 rule): its sum and count (actor_micro_step; adaptive entropy control reads them)
     double trained_entropy, trained_tokens;
     // Over the response tokens (actor_micro_step, as `tokens`): the sum of their rollout-correction
-    // weights, and how many the off-policy mask left out of the policy term.
-    double rollout_weight_sum, off_policy_masked;
+    // weights, how many the off-policy mask left out of the policy term, and how many Clip-Cov did.
+    double rollout_weight_sum, off_policy_masked, clip_cov_left_out;
 } PpoLossStats;
 
 // Accumulates into dlogp[0..R) (may be NULL). Returns the summed loss (before scale).
@@ -158,10 +166,20 @@ int ratio_kind_from_name(const char *name, RatioKind *out);
 // max(1, floor(n ratio)) largest (A - mean A)(logp - mean logp), ties to the earlier token;
 // selected[i] = 1 for them, else 0.
 void kl_cov_tokens(const float *advantages, const float *logp, long n, double ratio, unsigned char *selected);
+// Clip-Cov's left-out tokens among n (n > 0) with advantages[], new log-probs logp[] and
+// unclipped[i] = 1 where PPO's clip leaves token i's term alone: of those whose
+// (A - mean A)(logp - mean logp) (means over all n) lies strictly between lower and upper, the
+// max(1, floor(n ratio)) with the smallest keys[i] (uniform draws: a random subset; all of them
+// when there are fewer), ties to the earlier token; selected[i] = 1 for them, else 0. Returns
+// how many were selected.
+long clip_cov_tokens(const float *advantages, const float *logp, const unsigned char *unclipped, const double *keys,
+                     long n, double ratio, double lower, double upper, unsigned char *selected);
+// Whether PPO's clip replaces a token's term (verl's clip_by_origin: -A clip(rho) > -A rho).
+bool ppo_clip_binds(double advantage, double log_ratio, double eps_low, double eps_high);
 // KL-Cov's penalty on one response's selected tokens: sum of |logp_new - logp_old| over them
 // (before coef and scale); accumulates scale * coef * its sign into dlogp (may be NULL).
 double ppo_kl_cov_term(const float *logp_new, const float *logp_old, const unsigned char *selected, int R, float coef,
                        float scale, float *dlogp);
 
-// "ppo" | "cispo" | "sapo" | "vespo" | "gmpo" | "kl_cov"; -1 otherwise.
+// "ppo" | "cispo" | "sapo" | "vespo" | "gmpo" | "kl_cov" | "clip_cov"; -1 otherwise.
 int policy_loss_kind_from_name(const char *name, PolicyLossKind *out);

@@ -612,12 +612,13 @@ PYEOF2
     pass "old_logprobs_from_training (weights within $difference)" ||
     fail old_logprobs_from_training "weights differ by $difference $(tail -n 3 "$tmp/grpo_recompute.err")"
 # TRL's other GRPO loss forms: CISPO, SAPO, GSPO's sequence-level ratio, batch-scaled
-# advantages, VESPO, LUSPO, GMPO and verl's KL-Cov. At ratio 1 the first three have PPO's gradient, so they are
+# advantages, VESPO, LUSPO, GMPO and verl's KL-Cov and Clip-Cov. At ratio 1 the first three have PPO's gradient, so they are
 # run with the clip test's several off-policy steps per rollout: each changes that
 # training, and each learns.
 for form in "cispo --policy-loss cispo" "sapo --policy-loss sapo" "gspo --ratio sequence" "batch --scale-rewards batch" \
     "vespo --policy-loss vespo" "luspo --policy-loss luspo" "gmpo --policy-loss gmpo" \
-    "kl_cov --policy-loss kl_cov --kl-cov-ratio 0.2"; do
+    "kl_cov --policy-loss kl_cov --kl-cov-ratio 0.2" \
+    "clip_cov --policy-loss clip_cov --clip-cov-ratio 0.2 --clip-cov-lower 0.01 --clip-cov-upper 100"; do
     set -- $form
     name=$1
     shift
@@ -643,6 +644,26 @@ expect_error gmpo_with_ratio "--ratio does not apply to --policy-loss gmpo" "$bi
     --policy-loss gmpo --ratio macro
 expect_error kl_cov_ratio_range "--kl-cov-ratio must be in (0, 1]" "$bin" ppo "${common[@]}" --output "$tmp/x" \
     --policy-loss kl_cov --kl-cov-ratio 0
+# Clip-Cov's draws come from the seed: a second run is the first to the bit. It logs the
+# fraction of tokens left out (0.2 of each micro-batch's, where enough are candidates); the
+# other forms log no such figure.
+run grpo_clip_cov_again "${clip_args[@]}" --policy-loss clip_cov --clip-cov-ratio 0.2 --clip-cov-lower 0.01 \
+    --clip-cov-upper 100
+python3 - "$tmp/grpo_clip_cov/metrics.jsonl" "$tmp/grpo_kl_cov/metrics.jsonl" << 'PYEOF2' &&
+import json, sys
+clip_cov, kl_cov = [[json.loads(l) for l in open(p) if '"train/score"' in l] for p in sys.argv[1:]]
+left_out = [r["train/clip_cov_left_out"] for r in clip_cov]
+print(f"Clip-Cov left out {left_out}", file=sys.stderr)
+sys.exit(0 if all(0.05 < x <= 0.2 for x in left_out) and all("train/clip_cov_left_out" not in r for r in kl_cov) else 1)
+PYEOF2
+    cmp -s "$tmp/grpo_clip_cov/final/actor/model.safetensors" "$tmp/grpo_clip_cov_again/final/actor/model.safetensors" &&
+    pass clip_cov_seeded_draws || fail clip_cov_seeded_draws "$(tail -n 2 "$tmp/grpo_clip_cov_again.err")"
+expect_error clip_cov_bounds "--clip-cov-lower below --clip-cov-upper" "$bin" ppo "${common[@]}" --output "$tmp/x" \
+    --policy-loss clip_cov --clip-cov-lower 5 --clip-cov-upper 1
+expect_error clip_cov_ratio_range "--clip-cov-ratio must be in (0, 1]" "$bin" ppo "${common[@]}" --output "$tmp/x" \
+    --policy-loss clip_cov --clip-cov-ratio 1.5
+expect_error clip_cov_with_ratio "--ratio does not apply to --policy-loss clip_cov" "$bin" ppo "${common[@]}" \
+    --output "$tmp/x" --policy-loss clip_cov --ratio sequence
 expect_error gmpo_with_entropy_quantile "weighs the response as a whole" "$bin" ppo "${common[@]}" --output "$tmp/x" \
     --advantage-estimator grpo --samples-per-prompt 2 --policy-loss gmpo --top-entropy-quantile 0.2
 expect_error bad_vespo_lambda "--vespo-lambda" "$bin" ppo "${common[@]}" --output "$tmp/x" --policy-loss vespo \
