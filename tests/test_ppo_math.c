@@ -519,6 +519,38 @@ static void test_policy_losses_against_trl(void) {
         }
         clip_cov_cases++;
     }
+    // verl's GPG: the rollout's advantages alpha (r - group mean), and the -A logp loss (token
+    // mean over a response) with its gradient -A / R whatever the ratio.
+    int gpg_cases = 0;
+    json_array_foreach(json_object_get(root, "gpg"), index, c) {
+        double rewards[32], got[32];
+        int groups[32];
+        json_t *r = json_object_get(c, "rewards");
+        const int count = (int)json_array_size(r);
+        for (int q = 0; q < count; q++) {
+            rewards[q] = json_number_value(json_array_get(r, q));
+            groups[q] = (int)json_integer_value(json_array_get(json_object_get(c, "groups"), q));
+        }
+        rollout_group_advantages(ESTIMATOR_GPG, GROUP_SCALE_GROUP, rewards, NULL, groups, count, got);
+        for (int q = 0; q < count; q++) {
+            char what[64];
+            snprintf(what, sizeof what, "GPG case %zu advantage %d", index, q);
+            EXPECT_CLOSE(got[q], json_number_value(json_array_get(json_object_get(c, "advantages"), q)), 1e-12, 1e-12,
+                         what);
+        }
+        PpoLossConfig config = {.policy_loss = POLICY_LOSS_GPG, .clip_ratio = 0.2f, .clip_ratio_high = 0.2f};
+        float logp_old[16], logp_new[16], advantages[16], grad[16] = {0};
+        int R = floats(json_object_get(c, "logp_old"), logp_old), segments[16];
+        floats(json_object_get(c, "logp_new"), logp_new);
+        for (int t = 0; t < R; t++) advantages[t] = (float)json_number_value(json_object_get(c, "advantage")), segments[t] = 1;
+        PpoLossStats stats = {0};
+        const double loss =
+            ppo_policy_loss(&config, logp_new, logp_old, advantages, segments, R, R, 1.0f / R, grad, &stats) / R;
+        expect_loss_and_gradient("GPG", index, loss, grad, R, c);
+        EXPECT(stats.clipped == 0, "GPG clips nothing (case %zu: %g)", index, stats.clipped);
+        gpg_cases++;
+    }
+    EXPECT(gpg_cases == 3, "%d GPG cases", gpg_cases);
     EXPECT(clip_cov_cases == 4 && partial_draws > 0, "%d Clip-Cov cases, %d drawing some of several candidates",
            clip_cov_cases, partial_draws);
     EXPECT(dropped > 0 && zero_weights > 0 && clamped_weights > 0,

@@ -28,7 +28,8 @@ Writes tests/fixtures/ppo/grpo_losses.json: {"losses": [{"loss_type", "level", "
 "ppo_kl_coef", "logp_old", "logp_new", "advantages", "selected", "loss", "grad"} (per response, lists)],
 "gdpo": [{"parts" (per source, per response), "weights", "groups", "rewards", "advantages"}],
 "clip_cov": [{"lengths", "clip_cov_ratio", "lower", "upper", "epsilon_low", "epsilon_high", "logp_old", "logp_new",
-"advantages", "keys", "candidates", "selected", "loss", "grad"} (per response, lists)]}.
+"advantages", "keys", "candidates", "selected", "loss", "grad"} (per response, lists)], "gpg": [{"rewards", "groups",
+"alpha", "advantages", "logp_old", "logp_new", "advantage", "loss", "grad"}]}.
 usage: .venv-tools/bin/python tools/make_grpo_loss_fixtures.py
 """
 import json
@@ -373,11 +374,42 @@ gdpo = [gdpo_case(4, 2, [1.0, 1.0]), gdpo_case(3, 3, [1.0, 0.5, 2.0], constant_s
 clip_cov = [clip_cov_case([6, 8, 5], 0.1, 1.0, 5.0), clip_cov_case([7, 9], 0.5, 1.0, 5.0),
             clip_cov_case([10, 4, 6], 0.0002, 1.0, 5.0), clip_cov_case([12, 10], 0.15, 0.05, 3.0)]
 
+
+
+def gpg_case(sizes, pass_fail):
+    """verl's compute_gpg_outcome_advantage (core_algos.py, written out) on groups of these sizes
+    (at least 2 each: verl gives a lone response alpha r, marlhf 0): alpha = N /
+    max(1, count_nonzero(scores)), advantage alpha (score - group mean) / f_norm (1); then its
+    compute_policy_loss_gpg, -logp A, token-mean over one response of the batch (autograd)."""
+    groups = [g for g, n in enumerate(sizes) for _ in range(n)]
+    if pass_fail:
+        scores = torch.tensor([float(rng.random() < 0.3) for _ in groups], dtype=torch.float64)
+    else:
+        scores = torch.tensor([rng.gauss(0.2, 1.0) for _ in groups], dtype=torch.float64)
+    alpha = len(groups) / max(int(torch.count_nonzero(scores)), 1)
+    advantages = []
+    for q, g in enumerate(groups):
+        members = torch.stack([scores[i] for i, h in enumerate(groups) if h == g])
+        advantages.append((alpha * (scores[q] - members.mean()) / 1.0).item())
+    R = 6
+    old = torch.tensor([rng.uniform(-4.0, -0.2) for _ in range(R)], dtype=torch.float64)
+    new = (old + torch.tensor([rng.gauss(0, 0.3) for _ in range(R)], dtype=torch.float64)).requires_grad_()
+    advantage = advantages[0]
+    loss = (-new * advantage).sum() / R
+    loss.backward()
+    return {"rewards": scores.tolist(), "groups": groups, "alpha": alpha, "advantages": advantages,
+            "logp_old": old.tolist(), "logp_new": new.detach().tolist(), "advantage": advantage, "loss": loss.item(),
+            "grad": new.grad.tolist()}
+
+
+# verl's GPG, drawn last for the same reason: pass/fail rewards (some groups all 0) and others.
+gpg = [gpg_case([4, 4, 4, 4], True), gpg_case([2, 3, 5], True), gpg_case([4, 4], False)]
+
 path = os.path.join(os.path.dirname(__file__), "..", "tests/fixtures/ppo/grpo_losses.json")
 with open(path, "w") as f:
     json.dump({"losses": losses, "batch_scaling": batch_scaling, "rollout_correction": rollout_correction,
                "kl_bias_correction": kl_bias_correction, "gmpo": gmpo, "kl_cov": kl_cov, "gdpo": gdpo,
-               "clip_cov": clip_cov}, f)
+               "clip_cov": clip_cov, "gpg": gpg}, f)
 print("wrote", path, len(losses), "loss cases,", len(batch_scaling), "batches,", len(rollout_correction),
       "rollout-correction cases,", len(kl_bias_correction), "KL bias-correction cases,", len(gmpo), "GMPO cases,",
-      len(kl_cov), "KL-Cov micro-batches,", len(gdpo), "GDPO batches,", len(clip_cov), "Clip-Cov micro-batches")
+      len(kl_cov), "KL-Cov micro-batches,", len(gdpo), "GDPO batches,", len(clip_cov), "Clip-Cov micro-batches,", len(gpg), "GPG rollouts")

@@ -183,7 +183,8 @@ int cmd_ppo(int argc, char **argv) {
          "(gradient-free gamma weight of the response's ratio) | luspo (ppo with --ratio sequence and "
          "--loss-aggregation seq-mean-token-sum) | gmpo (the geometric mean of the log-clipped token ratios; "
          "--cliprange 0.4 by default, in log space) | kl_cov (unclipped, a KL penalty on the tokens of largest "
-         "advantage-log-prob covariance) | clip_cov (clipped, a few tokens of covariance within bounds left out)",
+         "advantage-log-prob covariance) | clip_cov (clipped, a few tokens of covariance within bounds left out) | "
+         "gpg (-A logp, no ratio)",
          false, false},
         {"kl-cov-ratio", "kl_cov_ratio", OPT_FLOAT, &kl_cov_ratio,
          "--policy-loss kl_cov: the fraction of a micro-batch's tokens penalised (verl's; at least one)", false, false},
@@ -328,7 +329,7 @@ int cmd_ppo(int argc, char **argv) {
         {"enable-ema", "enable_ema", OPT_BOOL, &ema, "keep an EMA of the actor (saved as actor_ema)", false, false},
         {"ema-beta", "ema_beta", OPT_FLOAT, &ema_beta, "EMA decay", false, false},
         {"advantage-estimator", "advantage_estimator adv_estimator", OPT_STRING, &estimator,
-         "gae (PPO, with a critic) | grpo | dr-grpo | rloo | opo | remax (the greedy answer's score the baseline) | "
+         "gae (PPO, with a critic) | grpo | dr-grpo | rloo | opo | gpg | remax (the greedy answer's score the baseline) | "
          "reinforce++ | reinforce++-baseline (no critic)", false, false},
         {"samples-per-prompt", "n_samples_per_prompt num_generations", OPT_INT, &samples_per_prompt,
          "responses generated per prompt (grpo, dr-grpo, rloo, opo, reinforce++-baseline: at least 2)", false, false},
@@ -413,7 +414,7 @@ int cmd_ppo(int argc, char **argv) {
     // over its tokens: a name for three settings.
     const bool luspo = !strcmp(policy_loss, "luspo");
     if (policy_loss_kind_from_name(luspo ? "ppo" : policy_loss, &c.loss.policy_loss) != 0)
-        die_user("option --policy-loss must be ppo, cispo, sapo, vespo, luspo, gmpo, kl_cov or clip_cov, got '%s'",
+        die_user("option --policy-loss must be ppo, cispo, sapo, vespo, luspo, gmpo, kl_cov, clip_cov or gpg, got '%s'",
                  policy_loss);
     if (!(kl_cov_ratio > 0 && kl_cov_ratio <= 1) || !(kl_cov_coef >= 0) || !isfinite(kl_cov_coef))
         die_user("options --kl-cov-ratio must be in (0, 1] and --kl-cov-coef >= 0, got %g and %g", kl_cov_ratio,
@@ -426,7 +427,8 @@ int cmd_ppo(int argc, char **argv) {
     c.loss.clip_cov_ratio = (float)clip_cov_ratio, c.loss.clip_cov_lower = (float)clip_cov_lower;
     c.loss.clip_cov_upper = (float)clip_cov_upper;
     if ((c.loss.policy_loss == POLICY_LOSS_VESPO || c.loss.policy_loss == POLICY_LOSS_GMPO ||
-         c.loss.policy_loss == POLICY_LOSS_KL_COV || c.loss.policy_loss == POLICY_LOSS_CLIP_COV) && ratio &&
+         c.loss.policy_loss == POLICY_LOSS_KL_COV || c.loss.policy_loss == POLICY_LOSS_CLIP_COV ||
+         c.loss.policy_loss == POLICY_LOSS_GPG) && ratio &&
         strcmp(ratio, "per-token") != 0)
         die_user("option --ratio does not apply to --policy-loss %s (it makes its own ratio or takes the token's)",
                  policy_loss);
@@ -510,16 +512,20 @@ int cmd_ppo(int argc, char **argv) {
                  "--alarm-fraction-rise and --alarm-score-quantile are all 0 (off)");
     c.stop_on_alarm = stop_on_alarm;
     if (advantage_estimator_from_name(estimator, &c.estimator) != 0)
-        die_user("option --advantage-estimator must be gae, grpo, dr-grpo, rloo, opo, remax, reinforce++ or reinforce++-baseline, got '%s'",
+        die_user("option --advantage-estimator must be gae, grpo, dr-grpo, rloo, opo, gpg, remax, reinforce++ or "
+                 "reinforce++-baseline, got '%s'",
                  estimator);
     // Dr. GRPO's two halves go together unless told otherwise (as OpenRLHF's dr_grpo), CISPO's
     // and VESPO's token weights are averaged over the minibatch's tokens (TRL's loss_type
-    // "cispo", "vespo"), and LUSPO sums each response's tokens.
+    // "cispo", "vespo"), as GPG's terms are (its paper's loss; verl's token-mean), and LUSPO
+    // sums each response's tokens.
+    const bool token_mean_form = c.loss.policy_loss == POLICY_LOSS_CISPO || c.loss.policy_loss == POLICY_LOSS_VESPO ||
+                                 c.loss.policy_loss == POLICY_LOSS_GPG;
     if (!aggregation)
         aggregation = c.estimator == ESTIMATOR_DR_GRPO ? "seq-mean-token-sum-norm"
-                      : luspo ? "seq-mean-token-sum"
-                      : c.loss.policy_loss == POLICY_LOSS_CISPO || c.loss.policy_loss == POLICY_LOSS_VESPO ? "token-mean"
-                                                                                                          : "seq-mean-token-mean";
+                      : luspo                          ? "seq-mean-token-sum"
+                      : token_mean_form                ? "token-mean"
+                                                       : "seq-mean-token-mean";
     if (!strcmp(aggregation, "seq-mean-token-mean")) c.loss_aggregation = LOSS_SEQUENCE_MEAN_TOKEN_MEAN;
     else if (!strcmp(aggregation, "token-mean")) c.loss_aggregation = LOSS_TOKEN_MEAN;
     else if (!strcmp(aggregation, "seq-mean-token-sum-norm")) c.loss_aggregation = LOSS_SEQUENCE_MEAN_TOKEN_SUM_NORM;
@@ -528,7 +534,7 @@ int cmd_ppo(int argc, char **argv) {
         die_user("option --loss-aggregation must be seq-mean-token-mean, token-mean, seq-mean-token-sum-norm or "
                  "seq-mean-token-sum, got '%s'", aggregation);
     const bool needs_group = c.estimator == ESTIMATOR_GRPO || c.estimator == ESTIMATOR_DR_GRPO || c.estimator == ESTIMATOR_RLOO ||
-                             c.estimator == ESTIMATOR_OPO ||
+                             c.estimator == ESTIMATOR_OPO || c.estimator == ESTIMATOR_GPG ||
                              c.estimator == ESTIMATOR_REINFORCE_PP_BASELINE;
     if (needs_group && samples_per_prompt < 2)
         die_user("option --samples-per-prompt must be at least 2 with --advantage-estimator %s (the group is the baseline)",

@@ -47,6 +47,7 @@ static const struct {
     {"dr-grpo", ESTIMATOR_DR_GRPO},
     {"rloo", ESTIMATOR_RLOO},
     {"opo", ESTIMATOR_OPO},
+    {"gpg", ESTIMATOR_GPG},
     {"remax", ESTIMATOR_REMAX},
     {"reinforce++", ESTIMATOR_REINFORCE_PP},
     {"reinforce++-baseline", ESTIMATOR_REINFORCE_PP_BASELINE},
@@ -108,7 +109,7 @@ void group_advantages(AdvantageEstimator estimator, const double *rewards, const
         for (int g = 0; g < G; g++) out[g] = rewards[g] - (sum - rewards[g]) / (G - 1);
         return;
     }
-    if (estimator == ESTIMATOR_DR_GRPO) {
+    if (estimator == ESTIMATOR_DR_GRPO || estimator == ESTIMATOR_GPG) { // GPG's alpha: rollout_group_advantages
         for (int g = 0; g < G; g++) out[g] = rewards[g] - mean;
         return;
     }
@@ -131,6 +132,13 @@ void rollout_group_advantages(AdvantageEstimator estimator, GroupScale scale, co
         last = group_end(groups, count, first);
         group_advantages(grpo_unscaled ? ESTIMATOR_DR_GRPO : estimator, rewards + first, lengths ? lengths + first : NULL,
                          last - first, out + first);
+    }
+    if (estimator == ESTIMATOR_GPG) {
+        int nonzero = 0;
+        for (int q = 0; q < count; q++) nonzero += rewards[q] != 0;
+        const double alpha = (double)count / (nonzero > 0 ? nonzero : 1);
+        for (int q = 0; q < count; q++) out[q] *= alpha;
+        return;
     }
     if (estimator != ESTIMATOR_GRPO || scale != GROUP_SCALE_BATCH) return;
     double sum = 0, squares = 0;

@@ -51,6 +51,10 @@ int macro_reward_from_name(const char *name, MacroReward *out);
 //   RLOO  r_g - mean of the other G - 1 rewards
 //   OPO   r_g - sum_h L_h r_h / sum_h L_h, the baseline weighted by the responses' lengths L
 //         (Hao et al. 2025, "On-Policy RL with Optimal Reward Baseline"; verl's "opo")
+//   GPG   alpha (r_g - mean) (Chu et al. 2025, "GPG: A Simple and Strong Reinforcement Learning
+//         Baseline for Model Reasoning"; verl's "gpg"), alpha = N / (how many of the rollout's
+//         N rewards are not 0): with pass/fail rewards, the gradient lost to the groups that all
+//         fail is made up (rollout_group_advantages applies alpha; per group it is Dr. GRPO's)
 // and 0 for a group of one (nothing to compare with). Every token of the response gets it.
 //
 // ReMax (Li et al. 2023; verl's "remax") needs neither: a response's advantage is its
@@ -69,7 +73,8 @@ typedef enum {
     ESTIMATOR_REINFORCE_PP_BASELINE,
     ESTIMATOR_DR_GRPO,
     ESTIMATOR_OPO,
-    ESTIMATOR_REMAX
+    ESTIMATOR_REMAX,
+    ESTIMATOR_GPG
 } AdvantageEstimator;
 // lengths[0..G): the responses' token counts (OPO's weights; may be NULL for the others).
 void group_advantages(AdvantageEstimator estimator, const double *rewards, const int *lengths, int G, double *out);
@@ -105,7 +110,7 @@ void batch_standardized(const double *rewards, int count, double *out);
 int group_end(const int *groups, int count, int first);
 // out[j] = sum_{t >= j} gamma^(t - j) rewards[t].
 void returns_to_go(const float *rewards, int R, float gamma, float *out);
-// "gae" | "grpo" | "dr-grpo" | "rloo" | "opo" | "remax" | "reinforce++" | "reinforce++-baseline" (also OpenRLHF's and
+// "gae" | "grpo" | "dr-grpo" | "rloo" | "opo" | "gpg" | "remax" | "reinforce++" | "reinforce++-baseline" (also OpenRLHF's and
 // verl's names); -1 otherwise; and back.
 int advantage_estimator_from_name(const char *name, AdvantageEstimator *out);
 const char *advantage_estimator_name(AdvantageEstimator estimator);

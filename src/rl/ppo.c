@@ -738,7 +738,7 @@ static void compute_experience(Ppo *p, const Rollout *r, RolloutStats *stats) {
     advantage.kl_coef = (float)p->kl_coef;
     const AdvantageEstimator estimator = p->c.estimator;
     const bool group_relative = estimator == ESTIMATOR_GRPO || estimator == ESTIMATOR_DR_GRPO ||
-                                estimator == ESTIMATOR_RLOO || estimator == ESTIMATOR_OPO;
+                                estimator == ESTIMATOR_RLOO || estimator == ESTIMATOR_OPO || estimator == ESTIMATOR_GPG;
     const bool reinforce = estimator == ESTIMATOR_REINFORCE_PP || estimator == ESTIMATOR_REINFORCE_PP_BASELINE;
     const bool remax = estimator == ESTIMATOR_REMAX;
     double *sequence_advantage = group_relative ? group_estimates(p, r, &advantage) : NULL;

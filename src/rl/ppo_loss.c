@@ -24,6 +24,7 @@ int policy_loss_kind_from_name(const char *name, PolicyLossKind *out) {
     else if (!strcmp(name, "gmpo") || !strcmp(name, "geo_mean")) *out = POLICY_LOSS_GMPO;
     else if (!strcmp(name, "kl_cov") || !strcmp(name, "kl-cov")) *out = POLICY_LOSS_KL_COV;
     else if (!strcmp(name, "clip_cov") || !strcmp(name, "clip-cov")) *out = POLICY_LOSS_CLIP_COV;
+    else if (!strcmp(name, "gpg")) *out = POLICY_LOSS_GPG;
     else return -1;
     return 0;
 }
@@ -87,10 +88,19 @@ static double unclipped_term(double advantage, double log_ratio, PolicyTermGradi
     return -advantage * ratio;
 }
 
+// GPG: -A logp_new; its gradient -A goes to the token's log-prob alone.
+static double policy_gradient_term(double advantage, double logp_new, PolicyTermGradient *g) {
+    g->clipped = 0;
+    g->d_log_ratio = 0;
+    g->d_logp = -advantage;
+    return -advantage * logp_new;
+}
+
 static double policy_term(const PpoLossConfig *config, double advantage, double log_ratio, double logp_new,
                           PolicyTermGradient *g) {
     switch (config->policy_loss) {
     case POLICY_LOSS_KL_COV: return unclipped_term(advantage, log_ratio, g);
+    case POLICY_LOSS_GPG: return policy_gradient_term(advantage, logp_new, g);
     case POLICY_LOSS_CISPO: return cispo_term(advantage, log_ratio, logp_new, config->cispo_max_weight, g);
     case POLICY_LOSS_SAPO:
         return sapo_term(advantage, log_ratio, config->sapo_temperature_pos, config->sapo_temperature_neg,

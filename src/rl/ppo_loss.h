@@ -31,7 +31,9 @@
 //       kl_cov_ratio fraction of a micro-batch's tokens (at least one) whose covariance
 //       (A_t - mean A)(logp_t - mean logp) over the micro-batch is largest (kl_cov_tokens picks
 //       them; ppo_kl_cov_term adds the penalty).
-//   Clip-Cov (the same paper; verl's "clip_cov"): PPO's clipped term, with the policy term
+//   GPG (Chu et al. 2025; verl's "gpg"): -A_t logp_new_t, the plain policy gradient: no ratio,
+//       so no clipping (its gradient is PPO's at ratio 1, and stays -A off-policy).
+//   Clip-Cov (the same paper as KL-Cov; verl's "clip_cov"): PPO's clipped term, with the policy term
 //       (loss and gradient) of a few tokens left out: clip_cov_ratio of a micro-batch's tokens
 //       (at least one), drawn at random among those PPO's clip leaves alone whose covariance
 //       lies strictly between clip_cov_lower and clip_cov_upper (clip_cov_tokens picks them).
@@ -51,7 +53,8 @@ typedef enum {
     POLICY_LOSS_VESPO,
     POLICY_LOSS_GMPO,
     POLICY_LOSS_KL_COV,
-    POLICY_LOSS_CLIP_COV
+    POLICY_LOSS_CLIP_COV,
+    POLICY_LOSS_GPG
 } PolicyLossKind;
 // How the policy term is corrected for generation's log-probs differing from the training
 // forward's (rollout_correction_weights; TRL's vllm_importance_sampling_mode).
@@ -181,5 +184,5 @@ bool ppo_clip_binds(double advantage, double log_ratio, double eps_low, double e
 double ppo_kl_cov_term(const float *logp_new, const float *logp_old, const unsigned char *selected, int R, float coef,
                        float scale, float *dlogp);
 
-// "ppo" | "cispo" | "sapo" | "vespo" | "gmpo" | "kl_cov" | "clip_cov"; -1 otherwise.
+// "ppo" | "cispo" | "sapo" | "vespo" | "gmpo" | "kl_cov" | "clip_cov" | "gpg"; -1 otherwise.
 int policy_loss_kind_from_name(const char *name, PolicyLossKind *out);

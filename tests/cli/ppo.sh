@@ -612,13 +612,15 @@ PYEOF2
     pass "old_logprobs_from_training (weights within $difference)" ||
     fail old_logprobs_from_training "weights differ by $difference $(tail -n 3 "$tmp/grpo_recompute.err")"
 # TRL's other GRPO loss forms: CISPO, SAPO, GSPO's sequence-level ratio, batch-scaled
-# advantages, VESPO, LUSPO, GMPO and verl's KL-Cov and Clip-Cov. At ratio 1 the first three have PPO's gradient, so they are
+# advantages, VESPO, LUSPO, GMPO and verl's KL-Cov, Clip-Cov and GPG (its estimator and loss). At ratio 1 the first three
+# have PPO's gradient, so they are
 # run with the clip test's several off-policy steps per rollout: each changes that
 # training, and each learns.
 for form in "cispo --policy-loss cispo" "sapo --policy-loss sapo" "gspo --ratio sequence" "batch --scale-rewards batch" \
     "vespo --policy-loss vespo" "luspo --policy-loss luspo" "gmpo --policy-loss gmpo" \
     "kl_cov --policy-loss kl_cov --kl-cov-ratio 0.2" \
-    "clip_cov --policy-loss clip_cov --clip-cov-ratio 0.2 --clip-cov-lower 0.01 --clip-cov-upper 100"; do
+    "clip_cov --policy-loss clip_cov --clip-cov-ratio 0.2 --clip-cov-lower 0.01 --clip-cov-upper 100" \
+    "gpg --policy-loss gpg --advantage-estimator gpg"; do
     set -- $form
     name=$1
     shift
@@ -658,6 +660,10 @@ sys.exit(0 if all(0.05 < x <= 0.2 for x in left_out) and all("train/clip_cov_lef
 PYEOF2
     cmp -s "$tmp/grpo_clip_cov/final/actor/model.safetensors" "$tmp/grpo_clip_cov_again/final/actor/model.safetensors" &&
     pass clip_cov_seeded_draws || fail clip_cov_seeded_draws "$(tail -n 2 "$tmp/grpo_clip_cov_again.err")"
+expect_error gpg_with_ratio "--ratio does not apply to --policy-loss gpg" "$bin" ppo "${common[@]}" \
+    --output "$tmp/x" --policy-loss gpg --ratio macro
+expect_error gpg_one_sample "--samples-per-prompt must be at least 2 with --advantage-estimator gpg" "$bin" ppo \
+    "${common[@]}" --output "$tmp/x" --advantage-estimator gpg
 expect_error clip_cov_bounds "--clip-cov-lower below --clip-cov-upper" "$bin" ppo "${common[@]}" --output "$tmp/x" \
     --policy-loss clip_cov --clip-cov-lower 5 --clip-cov-upper 1
 expect_error clip_cov_ratio_range "--clip-cov-ratio must be in (0, 1]" "$bin" ppo "${common[@]}" --output "$tmp/x" \
