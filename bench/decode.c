@@ -10,9 +10,13 @@
 // usage: build/bench/decode [--model models/SmolLM2-135M-Instruct.Q4_1.gguf | --shape NAME]
 //                           [--new 64] [--prompt 32] [--batches 1,8,32] [--device cpu|cuda]
 //                           [--quantize none|q8_0|q4_0|nf4|nf4-single|q4_k_m|q5_k_m|q4_1|q5_1] [--kv-cache f32|f16|q8_0]
-//                           [--temperature 0] [--top-k 0] [--top-p 1]
+//                           [--temperature 0] [--top-k 0] [--top-p 1] [--min-p 0]
+//                           [--repetition-penalty 1] [--presence-penalty 0] [--frequency-penalty 0]
 // --temperature T samples (seed 1) instead of taking the most likely token, with --top-k and
 // --top-p as `marlhf generate` takes them: the sampler's own time is then part of each step.
+// --min-p and the penalties (gen/sampler.h) too: a row with a penalty is picked on the host from
+// copied logits after the penalties have been applied over its answer so far
+// (bench/run_decode.sh with PENALTIES=1, beside transformers' repetition_penalty and min_p).
 // Each line says how many tokens were picked from the backend's results instead of copied
 // logits (backend_picked_tokens) and how many steps a top-p row's candidates fell short of
 // its nucleus (nucleus_misses; gen/generate.h, generate_nucleus_candidates).
@@ -75,6 +79,12 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--temperature") && i + 1 < argc) sampler.temperature = (float)atof(argv[++i]);
         else if (!strcmp(argv[i], "--top-k") && i + 1 < argc) sampler.top_k = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--top-p") && i + 1 < argc) sampler.top_p = (float)atof(argv[++i]);
+        else if (!strcmp(argv[i], "--min-p") && i + 1 < argc) sampler.min_p = (float)atof(argv[++i]);
+        else if (!strcmp(argv[i], "--repetition-penalty") && i + 1 < argc)
+            sampler.repetition_penalty = (float)atof(argv[++i]);
+        else if (!strcmp(argv[i], "--presence-penalty") && i + 1 < argc) sampler.presence_penalty = (float)atof(argv[++i]);
+        else if (!strcmp(argv[i], "--frequency-penalty") && i + 1 < argc)
+            sampler.frequency_penalty = (float)atof(argv[++i]);
         else if (!strcmp(argv[i], "--batches") && i + 1 < argc) snprintf(batches, sizeof batches, "%s", argv[++i]);
         else die_user("unknown argument %s (see the comment at the top of bench/decode.c)", argv[i]);
     }
@@ -123,11 +133,14 @@ int main(int argc, char **argv) {
         double decode_tokens = (double)B * stats.decode_steps;
         const long kv_bytes_per_token = 2L * model.config.num_layers * kv_cache_slot_bytes(&model, model.kv_cache_type);
         printf("{\"impl\": \"marlhf-%s\", \"quantize\": \"%s\", \"kv_cache\": \"%s\", \"model\": \"%s\", \"batch\": %d, "
-               "\"temperature\": %g, \"top_k\": %d, \"top_p\": %g, \"decode_tokens_per_s\": %.1f, \"prefill_s\": %.3f, "
+               "\"temperature\": %g, \"top_k\": %d, \"top_p\": %g, \"min_p\": %g, \"repetition_penalty\": %g, "
+               "\"presence_penalty\": %g, \"frequency_penalty\": %g, \"decode_tokens_per_s\": %.1f, \"prefill_s\": %.3f, "
                "\"decode_s\": %.3f, \"ms_per_step\": %.2f, \"new_tokens\": %d, \"prompt\": %d, \"kv_bytes_per_token\": %ld, "
                "\"threads\": %d, \"peak_rss_mb\": %.1f, \"quantized_mb\": %.1f, \"float_params_mb\": %.1f, "
                "\"peak_mem_gib\": %s, \"backend_picked_tokens\": %ld, \"nucleus_misses\": %d, \"folded_norms\": %s}\n",
-               ops->name, quantize, kv_cache, shape ? shape : path, B, sampler.temperature, sampler.top_k, sampler.top_p, decode_tokens / stats.decode_seconds, stats.prefill_seconds, stats.decode_seconds,
+               ops->name, quantize, kv_cache, shape ? shape : path, B, sampler.temperature, sampler.top_k, sampler.top_p,
+               sampler.min_p, sampler.repetition_penalty > 0 ? sampler.repetition_penalty : 1.0f, sampler.presence_penalty,
+               sampler.frequency_penalty, decode_tokens / stats.decode_seconds, stats.prefill_seconds, stats.decode_seconds,
                1000.0 * stats.decode_seconds / stats.decode_steps, new_tokens, prompt_length, kv_bytes_per_token,
                omp_get_max_threads(), peak_rss_mb(), quantized_mb(&model),
                // the float32 buffer in the backend's memory: without the quantized weights' slots off the CPU

@@ -46,6 +46,28 @@ if [ -n "${TOP_P:-}" ]; then
     fi
     exit 0
 fi
+# PENALTIES=1: instead, the cost of the sampling penalties, batch 1 and 8, f32: greedy without
+# and with a repetition penalty of 1.3 (over the prompt and the answer), then sampling at
+# temperature 1 without and with min_p 0.05 + repetition penalty 1.3, and marlhf's presence and
+# frequency penalties (0.5 each; transformers' generate has none), beside transformers' generate
+# with the same repetition_penalty and min_p. A row with a penalty is picked on the host from
+# its logits after the penalties over its tokens so far (gen/sampler.h).
+if [ -n "${PENALTIES:-}" ]; then
+    build/bench/decode --new "$new" --batches 1,8
+    build/bench/decode --new "$new" --batches 1,8 --repetition-penalty 1.3
+    build/bench/decode --new "$new" --batches 1,8 --temperature 1
+    build/bench/decode --new "$new" --batches 1,8 --temperature 1 --min-p 0.05 --repetition-penalty 1.3
+    build/bench/decode --new "$new" --batches 1,8 --temperature 1 --presence-penalty 0.5 --frequency-penalty 0.5
+    if [ -x .venv-tools/bin/python ]; then
+        for args in "" "--repetition-penalty 1.3" "--temperature 1" "--temperature 1 --min-p 0.05 --repetition-penalty 1.3"; do
+            # shellcheck disable=SC2086
+            .venv-tools/bin/python bench/torch_decode.py --new "$new" --batches 1,8 $args 2> /dev/null
+        done
+    else
+        echo '{"impl": "transformers", "skipped": "run scripts/setup-python first"}'
+    fi
+    exit 0
+fi
 if [ -n "${LONG_PROMPT:-}" ]; then
     for kv in f32 f16 q8_0; do
         build/bench/decode --prompt "$LONG_PROMPT" --new "$new" --batches 1,8 --quantize q8_0 --kv-cache "$kv"
