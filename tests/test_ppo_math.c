@@ -401,6 +401,36 @@ static void test_policy_losses_against_trl(void) {
         gmpo_cases++;
     }
     EXPECT(gmpo_cases == 12 && gmpo_clipped > 0, "%d GMPO cases, %d with clipped tokens", gmpo_cases, gmpo_clipped);
+    // ... and with TRL's entropy mask: the threshold as actor_micro_step takes it (ppo_quantile
+    // of the response's entropies), the tokens below it out of the geometric mean.
+    int gmpo_entropy_cases = 0;
+    json_array_foreach(json_object_get(root, "gmpo_entropy"), index, c) {
+        PpoLossConfig config = {.policy_loss = POLICY_LOSS_GMPO,
+                                .clip_ratio = (float)json_number_value(json_object_get(c, "epsilon_low")),
+                                .clip_ratio_high = (float)json_number_value(json_object_get(c, "epsilon_high"))};
+        float logp_old[16], logp_new[16], advantages[16], entropies[16], kept_want[16], grad[16] = {0};
+        int R = floats(json_object_get(c, "logp_old"), logp_old);
+        floats(json_object_get(c, "logp_new"), logp_new);
+        floats(json_object_get(c, "entropies"), entropies);
+        floats(json_object_get(c, "kept"), kept_want);
+        for (int t = 0; t < R; t++) advantages[t] = (float)json_number_value(json_object_get(c, "advantage"));
+        const double threshold =
+            ppo_quantile(entropies, R, 1.0 - json_number_value(json_object_get(c, "entropy_quantile")));
+        EXPECT_CLOSE(threshold, json_number_value(json_object_get(c, "entropy_threshold")), 1e-6, 1e-6,
+                     "GMPO entropy threshold");
+        unsigned char kept[16];
+        int kept_count = 0;
+        for (int t = 0; t < R; t++) {
+            kept[t] = entropies[t] >= threshold;
+            kept_count += kept[t];
+            EXPECT(kept[t] == (kept_want[t] != 0), "GMPO entropy case %zu token %d kept", index, t);
+        }
+        const double loss = ppo_gmpo_loss(&config, logp_new, logp_old, advantages, kept, R, 1.0f / R, grad, NULL) / R;
+        expect_loss_and_gradient("GMPO with the entropy mask", index, loss, grad, R, c);
+        EXPECT(kept_count < R, "GMPO entropy case %zu leaves some token out", index);
+        gmpo_entropy_cases++;
+    }
+    EXPECT(gmpo_entropy_cases == 6, "%d GMPO cases with the entropy mask", gmpo_entropy_cases);
     // verl's KL-Cov over a micro-batch of responses: the same tokens penalised, and the
     // token-mean loss (the unclipped term plus the penalty) and its gradient.
     int kl_cov_cases = 0;

@@ -29,7 +29,9 @@ Writes tests/fixtures/ppo/grpo_losses.json: {"losses": [{"loss_type", "level", "
 "gdpo": [{"parts" (per source, per response), "weights", "groups", "rewards", "advantages"}],
 "clip_cov": [{"lengths", "clip_cov_ratio", "lower", "upper", "epsilon_low", "epsilon_high", "logp_old", "logp_new",
 "advantages", "keys", "candidates", "selected", "loss", "grad"} (per response, lists)], "gpg": [{"rewards", "groups",
-"alpha", "advantages", "logp_old", "logp_new", "advantage", "loss", "grad"}]}.
+"alpha", "advantages", "logp_old", "logp_new", "advantage", "loss", "grad"}], "gmpo_entropy": [{"epsilon_low",
+"epsilon_high", "logp_old", "logp_new", "advantage", "entropies", "entropy_quantile", "entropy_threshold", "kept",
+"loss", "grad"}]}.
 usage: .venv-tools/bin/python tools/make_grpo_loss_fixtures.py
 """
 import json
@@ -405,11 +407,45 @@ def gpg_case(sizes, pass_fail):
 # verl's GPG, drawn last for the same reason: pass/fail rewards (some groups all 0) and others.
 gpg = [gpg_case([4, 4, 4, 4], True), gpg_case([2, 3, 5], True), gpg_case([4, 4], False)]
 
+
+
+def gmpo_entropy_case(advantage, R, spread, entropy_quantile):
+    """TRL 1.16's GMPOTrainer._compute_loss with top_entropy_quantile < 1 for one response: the
+    tokens whose entropy is below torch.quantile(entropies, 1 - quantile) (get_high_entropy_mask's
+    rule, as policy_case writes it) leave the geometric mean, whose denominator is the kept
+    tokens' count; epsilon 0.4 both sides; gradient by autograd."""
+    eps_low = eps_high = 0.4
+    old = torch.tensor([[rng.uniform(-4.0, -0.2) for _ in range(R)]], dtype=torch.float64)
+    new = (old + torch.tensor([[rng.gauss(0, spread) for _ in range(R)]], dtype=torch.float64)).requires_grad_()
+    entropies = torch.tensor([[rng.uniform(0.0, 3.0) for _ in range(R)]], dtype=torch.float32)
+    mask = torch.ones(1, R, dtype=torch.float64)
+    threshold = torch.quantile(entropies[mask.bool()].float(), 1 - entropy_quantile)
+    entropy_mask = ((entropies * mask.float()) >= threshold) & mask.bool()
+    advantages = torch.tensor([advantage], dtype=torch.float64)
+    log_ratio = new - old
+    clamped_log_ratio = torch.clamp(log_ratio, min=-eps_low, max=eps_high)
+    clipped_log_ratio = torch.where(advantages.unsqueeze(1) > 0, torch.minimum(log_ratio, clamped_log_ratio),
+                                    torch.maximum(log_ratio, clamped_log_ratio))
+    seq_mask = mask * entropy_mask
+    log_importance_weights = (clipped_log_ratio * seq_mask).sum(-1) / seq_mask.sum(-1).clamp(min=1.0)
+    loss = (-torch.exp(log_importance_weights) * advantages).mean()
+    loss.backward()
+    return {"epsilon_low": eps_low, "epsilon_high": eps_high, "logp_old": old[0].tolist(),
+            "logp_new": new[0].detach().tolist(), "advantage": advantage, "entropies": entropies[0].tolist(),
+            "entropy_quantile": entropy_quantile, "entropy_threshold": threshold.item(),
+            "kept": entropy_mask[0].long().tolist(), "loss": loss.item(), "grad": new.grad[0].tolist()}
+
+
+# TRL 1.16's GMPO with its entropy mask, drawn last for the same reason.
+gmpo_entropy = [gmpo_entropy_case(advantage, R, spread, quantile) for advantage in [1.3, -0.7]
+                for R, spread, quantile in [(6, 0.3, 0.5), (12, 0.6, 0.2), (4, 0.1, 0.8)]]
+
 path = os.path.join(os.path.dirname(__file__), "..", "tests/fixtures/ppo/grpo_losses.json")
 with open(path, "w") as f:
     json.dump({"losses": losses, "batch_scaling": batch_scaling, "rollout_correction": rollout_correction,
                "kl_bias_correction": kl_bias_correction, "gmpo": gmpo, "kl_cov": kl_cov, "gdpo": gdpo,
-               "clip_cov": clip_cov, "gpg": gpg}, f)
+               "clip_cov": clip_cov, "gpg": gpg, "gmpo_entropy": gmpo_entropy}, f)
 print("wrote", path, len(losses), "loss cases,", len(batch_scaling), "batches,", len(rollout_correction),
       "rollout-correction cases,", len(kl_bias_correction), "KL bias-correction cases,", len(gmpo), "GMPO cases,",
-      len(kl_cov), "KL-Cov micro-batches,", len(gdpo), "GDPO batches,", len(clip_cov), "Clip-Cov micro-batches,", len(gpg), "GPG rollouts")
+      len(kl_cov), "KL-Cov micro-batches,", len(gdpo), "GDPO batches,", len(clip_cov), "Clip-Cov micro-batches,", len(gpg), "GPG rollouts,", len(gmpo_entropy),
+      "GMPO cases with the entropy mask")

@@ -614,11 +614,12 @@ int cmd_ppo(int argc, char **argv) {
     c.loss.off_policy_mask = off_policy_mask_threshold >= 0;
     c.loss.off_policy_mask_threshold = (float)off_policy_mask_threshold;
     // GMPO takes the response as one term: the masks and weights that act on single tokens'
-    // advantages would change its mean advantage instead (TRL's GMPO has none of them).
+    // advantages would change its mean advantage instead (TRL's GMPO has none of them; its
+    // --top-entropy-quantile leaves tokens out of the geometric mean, actor_micro_step).
     if (c.loss.policy_loss == POLICY_LOSS_GMPO &&
-        (c.loss.rollout_correction != ROLLOUT_CORRECTION_NONE || c.loss.off_policy_mask || top_entropy_quantile < 1))
-        die_user("option --policy-loss gmpo weighs the response as a whole: not with --rollout-correction, "
-                 "--off-policy-mask-threshold or --top-entropy-quantile (--policy-loss)");
+        (c.loss.rollout_correction != ROLLOUT_CORRECTION_NONE || c.loss.off_policy_mask))
+        die_user("option --policy-loss gmpo weighs the response as a whole: not with --rollout-correction or "
+                 "--off-policy-mask-threshold (--policy-loss)");
     if (filter_groups && !needs_group)
         die_user("option --filter-groups needs groups of responses: --advantage-estimator grpo, dr-grpo, rloo, opo or "
                  "reinforce++-baseline");

@@ -234,9 +234,13 @@ double actor_micro_step(Model *actor, Sample *const *samples, int count, const P
                                   : NULL;
     unsigned char *kl_cov = loss->policy_loss == POLICY_LOSS_KL_COV ? selected : NULL;
     unsigned char *clip_cov = loss->policy_loss == POLICY_LOSS_CLIP_COV ? selected : NULL;
-    const bool adjusts_advantages = threshold > -INFINITY || loss->rollout_correction != ROLLOUT_CORRECTION_NONE ||
-                                    loss->off_policy_mask || clip_cov;
+    // GMPO takes the response as one term: the 80/20 rule leaves its low-entropy tokens out of
+    // the geometric mean instead (TRL's GMPO), its advantage stays the response's.
+    const bool entropy_mask_gmpo = loss->policy_loss == POLICY_LOSS_GMPO && threshold > -INFINITY;
+    const bool adjusts_advantages = (threshold > -INFINITY && !entropy_mask_gmpo) ||
+                                    loss->rollout_correction != ROLLOUT_CORRECTION_NONE || loss->off_policy_mask || clip_cov;
     float *advantages = NULL; // a sample's advantages as the policy term sees them (adjusts_advantages)
+    unsigned char *kept = NULL; // entropy_mask_gmpo: a sample's tokens in the geometric mean
     double total = 0;
     for (int b = 0; b < count; b++) {
         const Sample *s = samples[b];
@@ -263,9 +267,15 @@ double actor_micro_step(Model *actor, Sample *const *samples, int count, const P
                 correct_for_sampling(loss, s, logp + offset, advantages, stats);
             sample_advantages = advantages;
         }
-        total += s->loss_scale * ppo_policy_loss(loss, logp + offset, s->logp_old, sample_advantages, s->segments,
-                                                 s->segment_count, s->response_length, s->loss_scale, dlogp + offset,
-                                                 stats);
+        if (entropy_mask_gmpo) {
+            kept = xrealloc(kept, (size_t)s->response_length + 1);
+            for (int j = 0; j < s->response_length; j++) kept[j] = entropy[offset + j] >= threshold;
+            total += s->loss_scale * ppo_gmpo_loss(loss, logp + offset, s->logp_old, s->advantages, kept,
+                                                   s->response_length, s->loss_scale, dlogp + offset, stats);
+        } else
+            total += s->loss_scale * ppo_policy_loss(loss, logp + offset, s->logp_old, sample_advantages, s->segments,
+                                                     s->segment_count, s->response_length, s->loss_scale,
+                                                     dlogp + offset, stats);
         if (kl_cov) // (old log-probs from this forward: every |log-ratio| and its slope 0)
             total += s->loss_scale * loss->kl_cov_coef *
                      ppo_kl_cov_term(logp + offset, s->logp_old, kl_cov + offset, s->response_length, loss->kl_cov_coef,
@@ -287,7 +297,7 @@ double actor_micro_step(Model *actor, Sample *const *samples, int count, const P
         }
     }
     model_backward(actor, dlogp, dentropy, NULL);
-    free(logp), free(dlogp), free(entropy), free(dentropy), free(advantages), free(selected);
+    free(logp), free(dlogp), free(entropy), free(dentropy), free(advantages), free(selected), free(kept);
     free_rows(&batch);
     return total;
 }

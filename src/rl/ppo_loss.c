@@ -144,31 +144,35 @@ static double vespo_loss(const PpoLossConfig *config, const float *logp_new, con
     return loss;
 }
 
-// GMPO over one response: L = -A exp(mean_t l_t), A the tokens' mean advantage, l_t the
-// token's log-ratio clipped one-sidedly in log space by A's sign. Returns R L (each token
-// carries L); its gradient R dL / d logp_t = -A exp(mean l) dl_t / d logp_t, 1 where the
-// log-ratio is not clipped, 0 where it is.
-static double gmpo_loss(const PpoLossConfig *config, const float *logp_new, const float *logp_old,
-                        const float *advantages, int R, float scale, float *dlogp, PpoLossStats *stats) {
+double ppo_gmpo_loss(const PpoLossConfig *config, const float *logp_new, const float *logp_old,
+                     const float *advantages, const unsigned char *kept, int R, float scale, float *dlogp,
+                     PpoLossStats *stats) {
     if (R == 0) return 0;
     double advantage = 0;
     for (int t = 0; t < R; t++) advantage += advantages[t];
     advantage /= R;
     const double low = -config->clip_ratio, high = config->clip_ratio_high;
     double mean_log_ratio = 0;
+    int kept_count = 0;
     for (int t = 0; t < R; t++) {
+        if (kept && !kept[t]) continue;
         const double log_ratio = (double)logp_new[t] - logp_old[t];
         const double clamped = log_ratio < low ? low : log_ratio > high ? high : log_ratio;
         mean_log_ratio += advantage > 0 ? fmin(log_ratio, clamped) : fmax(log_ratio, clamped);
+        kept_count++;
     }
-    mean_log_ratio /= R;
+    const int denominator = kept_count > 0 ? kept_count : 1; // TRL's clamp(min=1)
+    mean_log_ratio /= denominator;
     const double coefficient = exp(mean_log_ratio);
     const double loss = -advantage * coefficient * R;
+    // R L's slope in a kept token's log-prob is R (-A coefficient / kept tokens): with every
+    // token kept, -A coefficient (times 1.0, which keeps the bits).
+    const double spread = kept ? (double)R / denominator : 1.0;
     for (int t = 0; t < R; t++) {
         const double log_ratio = (double)logp_new[t] - logp_old[t];
         // Clipped (no gradient): above high with A > 0, below low with A <= 0.
         const bool clipped = advantage > 0 ? log_ratio > high : log_ratio < low;
-        if (dlogp && !clipped) dlogp[t] += (float)(-advantage * coefficient * scale);
+        if (dlogp && !clipped && (!kept || kept[t])) dlogp[t] += (float)(-advantage * coefficient * scale * spread);
         if (stats) {
             stats->clipped += clipped;
             stats->approx_kl += 0.5 * log_ratio * log_ratio;
@@ -190,7 +194,7 @@ double ppo_policy_loss(const PpoLossConfig *config, const float *logp_new, const
     if (config->policy_loss == POLICY_LOSS_VESPO)
         return vespo_loss(config, logp_new, logp_old, advantages, R, scale, dlogp, stats);
     if (config->policy_loss == POLICY_LOSS_GMPO)
-        return gmpo_loss(config, logp_new, logp_old, advantages, R, scale, dlogp, stats);
+        return ppo_gmpo_loss(config, logp_new, logp_old, advantages, NULL, R, scale, dlogp, stats);
     double loss = 0;
     int first = 0;
     for (int s = 0; config->ratio == RATIO_MACRO_PRODUCT ? s < segments : first < R; s++) {

@@ -165,6 +165,15 @@ double ppo_quantile(const float *values, long n, double q);
 
 // "per-token" | "macro" | "sequence"; -1 otherwise.
 int ratio_kind_from_name(const char *name, RatioKind *out);
+// GMPO over one response: L = -A exp(mean_t l_t), A the tokens' mean advantage, l_t the
+// token's log-ratio clipped one-sidedly in log space by A's sign, the mean over the tokens with
+// kept[t] (all when kept is NULL; TRL's entropy mask leaves the low-entropy ones out; none kept:
+// a mean of 0). Returns R L (each token carries L) and accumulates its gradient into dlogp
+// (may be NULL): R dL / d logp_t = -A exp(mean l) R / (kept tokens) where t is kept and its
+// log-ratio not clipped, else 0.
+double ppo_gmpo_loss(const PpoLossConfig *config, const float *logp_new, const float *logp_old,
+                     const float *advantages, const unsigned char *kept, int R, float scale, float *dlogp,
+                     PpoLossStats *stats);
 // KL-Cov's penalised tokens among n (n > 0) with advantages[] and new log-probs logp[]: the
 // max(1, floor(n ratio)) largest (A - mean A)(logp - mean logp), ties to the earlier token;
 // selected[i] = 1 for them, else 0.

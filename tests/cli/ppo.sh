@@ -670,8 +670,14 @@ expect_error clip_cov_ratio_range "--clip-cov-ratio must be in (0, 1]" "$bin" pp
     --policy-loss clip_cov --clip-cov-ratio 1.5
 expect_error clip_cov_with_ratio "--ratio does not apply to --policy-loss clip_cov" "$bin" ppo "${common[@]}" \
     --output "$tmp/x" --policy-loss clip_cov --ratio sequence
-expect_error gmpo_with_entropy_quantile "weighs the response as a whole" "$bin" ppo "${common[@]}" --output "$tmp/x" \
-    --advantage-estimator grpo --samples-per-prompt 2 --policy-loss gmpo --top-entropy-quantile 0.2
+# GMPO with TRL's entropy mask: the low-entropy tokens leave the geometric mean, which changes
+# the off-policy training; the masks that act on single tokens' advantages are refused.
+run grpo_gmpo_entropy "${clip_args[@]}" --policy-loss gmpo --top-entropy-quantile 0.2
+[ -f "$tmp/grpo_gmpo_entropy/final/actor/model.safetensors" ] &&
+    ! cmp -s "$tmp/grpo_gmpo_entropy/final/actor/model.safetensors" "$tmp/grpo_gmpo/final/actor/model.safetensors" &&
+    pass gmpo_entropy_mask_changes_training || fail gmpo_entropy_mask_changes_training "$(tail -n 2 "$tmp/grpo_gmpo_entropy.err")"
+expect_error gmpo_with_off_policy_mask "weighs the response as a whole" "$bin" ppo "${common[@]}" --output "$tmp/x" \
+    --advantage-estimator grpo --samples-per-prompt 2 --policy-loss gmpo --off-policy-mask-threshold 0.5
 expect_error bad_vespo_lambda "--vespo-lambda" "$bin" ppo "${common[@]}" --output "$tmp/x" --policy-loss vespo \
     --vespo-lambda-neg 0
 expect_error bad_scale_rewards "--scale-rewards" "$bin" ppo "${common[@]}" --output "$tmp/x" --advantage-estimator grpo \
