@@ -382,6 +382,31 @@ static void test_policy_losses_against_trl(void) {
         kl_cases++;
     }
     EXPECT(kl_cases == 8, "%d KL bias-correction cases", kl_cases);
+    // TRL 1.16's VESPO with the rollout correction: the weights' clamped logs join the
+    // response's log-ratio in its gamma weight, and the per-token terms are not weighted again.
+    int vespo_cases = 0, crushed = 0;
+    json_array_foreach(json_object_get(root, "vespo_correction"), index, c) {
+        PpoLossConfig config = {.policy_loss = POLICY_LOSS_VESPO, .vespo_k_pos = 2.0f, .vespo_lambda_pos = 3.0f,
+                                .vespo_k_neg = 3.0f, .vespo_lambda_neg = 2.0f};
+        CHECK(rollout_correction_from_name(json_string_value(json_object_get(c, "mode")), &config.rollout_correction) == 0,
+              "mode");
+        float logp_old[16], logp_sampling[16], logp_new[16], weights[16], advantages[16], grad[16] = {0};
+        int R = floats(json_object_get(c, "logp_old"), logp_old);
+        floats(json_object_get(c, "logp_sampling"), logp_sampling);
+        floats(json_object_get(c, "logp_new"), logp_new);
+        for (int t = 0; t < R; t++) advantages[t] = (float)json_number_value(json_object_get(c, "advantage"));
+        rollout_correction_weights(config.rollout_correction, (float)json_number_value(json_object_get(c, "clip_min")),
+                                   (float)json_number_value(json_object_get(c, "clip_max")), logp_old, logp_sampling, R,
+                                   weights);
+        const double log_weight = rollout_correction_log_weight(config.rollout_correction, weights, R);
+        const double loss =
+            ppo_vespo_loss(&config, logp_new, logp_old, advantages, log_weight, R, 1.0f / R, grad, NULL) / R;
+        expect_loss_and_gradient("VESPO with the rollout correction", index, loss, grad, R, c);
+        crushed += json_number_value(json_object_get(c, "phi")) < 1e-10;
+        vespo_cases++;
+    }
+    EXPECT(vespo_cases == 16 && crushed > 0, "%d VESPO cases with the rollout correction, %d with a masked token",
+           vespo_cases, crushed);
     // TRL 1.16's experimental GMPO: the response's loss with every token carrying it, so that
     // the token mean (scale 1/R) is the response's term; some cases clip some tokens.
     int gmpo_cases = 0, gmpo_clipped = 0;

@@ -31,7 +31,8 @@ Writes tests/fixtures/ppo/grpo_losses.json: {"losses": [{"loss_type", "level", "
 "advantages", "keys", "candidates", "selected", "loss", "grad"} (per response, lists)], "gpg": [{"rewards", "groups",
 "alpha", "advantages", "logp_old", "logp_new", "advantage", "loss", "grad"}], "gmpo_entropy": [{"epsilon_low",
 "epsilon_high", "logp_old", "logp_new", "advantage", "entropies", "entropy_quantile", "entropy_threshold", "kept",
-"loss", "grad"}]}.
+"loss", "grad"}], "vespo_correction": [{"mode", "clip_min" (0: none), "clip_max", "logp_old", "logp_sampling",
+"logp_new", "advantage", "phi", "loss", "grad"}]}.
 usage: .venv-tools/bin/python tools/make_grpo_loss_fixtures.py
 """
 import json
@@ -440,12 +441,48 @@ def gmpo_entropy_case(advantage, R, spread, entropy_quantile):
 gmpo_entropy = [gmpo_entropy_case(advantage, R, spread, quantile) for advantage in [1.3, -0.7]
                 for R, spread, quantile in [(6, 0.3, 0.5), (12, 0.6, 0.2), (4, 0.1, 0.8)]]
 
+
+
+def vespo_correction_case(mode, clip_min, clip_max, advantage, R):
+    """TRL 1.16's VESPO with vLLM importance sampling: the ratio as rollout_correction_case
+    computes it, passed to GRPOTrainer.get_gamma_weights (called here) as importance_sampling_ratio,
+    which adds the sum of its clamped logs to the sequence's log-ratio (the per-token loss is not
+    weighted again for vespo); -phi A logp averaged over the tokens, autograd."""
+    old = torch.tensor([[rng.uniform(-4.0, -0.2) for _ in range(R)]], dtype=torch.float64)
+    sampling = old + torch.tensor([[rng.gauss(0, 0.5) for _ in range(R)]], dtype=torch.float64)
+    new = (old + torch.tensor([[rng.gauss(0, 0.1) for _ in range(R)]], dtype=torch.float64)).requires_grad_()
+    mask = torch.ones(1, R, dtype=torch.float64)
+    advantages = torch.tensor([[advantage]], dtype=torch.float64)
+    per_token_logps_diff = (old - sampling) * mask
+    logps_diff = per_token_logps_diff.sum(dim=-1, keepdim=True) if mode.startswith("sequence") else per_token_logps_diff
+    ratio = torch.exp(logps_diff)
+    if mode.endswith("truncate"):
+        ratio = torch.clamp(ratio, min=clip_min, max=clip_max)
+    else:
+        low = clip_min if clip_min is not None else -math.inf
+        ratio = ratio.masked_fill((ratio < low) | (ratio > clip_max), value=0.0)
+    phi = GRPOTrainer.get_gamma_weights(advantages=advantages, log_ratio_per_token=new - old, mask=mask,
+                                        importance_sampling_ratio=ratio)
+    per_token_loss = -phi * advantages * new
+    loss = ((per_token_loss * mask).sum(-1) / mask.sum(-1).clamp(min=1.0)).mean()
+    loss.backward()
+    return {"mode": mode, "clip_min": clip_min if clip_min is not None else 0.0, "clip_max": clip_max,
+            "logp_old": old[0].tolist(), "logp_sampling": sampling[0].tolist(), "logp_new": new[0].detach().tolist(),
+            "advantage": advantage, "phi": phi.item(), "loss": loss.item(), "grad": new.grad[0].tolist()}
+
+
+# TRL 1.16's VESPO with the rollout correction, drawn last for the same reason.
+vespo_correction = [vespo_correction_case(mode, clip_min, clip_max, advantage, R)
+                    for mode in ["token_truncate", "token_mask", "sequence_truncate", "sequence_mask"]
+                    for clip_min, clip_max in [(None, 3.0), (0.5, 1.5)] for advantage, R in [(1.3, 5), (-0.7, 8)]]
+
 path = os.path.join(os.path.dirname(__file__), "..", "tests/fixtures/ppo/grpo_losses.json")
 with open(path, "w") as f:
     json.dump({"losses": losses, "batch_scaling": batch_scaling, "rollout_correction": rollout_correction,
                "kl_bias_correction": kl_bias_correction, "gmpo": gmpo, "kl_cov": kl_cov, "gdpo": gdpo,
-               "clip_cov": clip_cov, "gpg": gpg, "gmpo_entropy": gmpo_entropy}, f)
+               "clip_cov": clip_cov, "gpg": gpg, "gmpo_entropy": gmpo_entropy, "vespo_correction": vespo_correction},
+              f)
 print("wrote", path, len(losses), "loss cases,", len(batch_scaling), "batches,", len(rollout_correction),
       "rollout-correction cases,", len(kl_bias_correction), "KL bias-correction cases,", len(gmpo), "GMPO cases,",
       len(kl_cov), "KL-Cov micro-batches,", len(gdpo), "GDPO batches,", len(clip_cov), "Clip-Cov micro-batches,", len(gpg), "GPG rollouts,", len(gmpo_entropy),
-      "GMPO cases with the entropy mask")
+      "GMPO cases with the entropy mask,", len(vespo_correction), "VESPO cases with the rollout correction")

@@ -606,9 +606,6 @@ int cmd_ppo(int argc, char **argv) {
     if (c.loss.rollout_correction != ROLLOUT_CORRECTION_NONE && old_from_rollout)
         die_user("option --rollout-correction weights the actor pass's old log-probs against generation's, and "
                  "--old-logprobs-from-rollout makes them generation's: give one (--rollout-correction)");
-    if (c.loss.rollout_correction != ROLLOUT_CORRECTION_NONE && c.loss.policy_loss == POLICY_LOSS_VESPO)
-        die_user("option --rollout-correction: --policy-loss vespo weighs its tokens by its own sequence ratio "
-                 "(--rollout-correction)");
     c.loss.rollout_correction_min = (float)rollout_correction_min;
     c.loss.rollout_correction_max = (float)rollout_correction_max;
     c.loss.off_policy_mask = off_policy_mask_threshold >= 0;

@@ -143,15 +143,20 @@ static double low_entropy_threshold(const PpoLossConfig *loss, Sample *const *sa
 // rollout-correction weight, and the negative ones 0 when the off-policy mask drops the response
 // (its KL from the sampling log-probs: generation's with the correction, else the old ones).
 static void correct_for_sampling(const PpoLossConfig *loss, const Sample *s, const float *logp_new, float *advantages,
-                                 PpoLossStats *stats) {
+                                 double *sampling_log_weight, PpoLossStats *stats) {
     const int R = s->response_length;
     const bool corrected = loss->rollout_correction != ROLLOUT_CORRECTION_NONE;
+    *sampling_log_weight = 0.0;
     if (corrected) {
         float *weights = xmalloc(((size_t)R + 1) * sizeof(float));
         rollout_correction_weights(loss->rollout_correction, loss->rollout_correction_min,
                                    loss->rollout_correction_max, s->logp_old, s->rollout_logp, R, weights);
+        // VESPO folds the weights into its own sequence ratio (TRL's get_gamma_weights); the
+        // other forms weigh each token's term.
+        if (loss->policy_loss == POLICY_LOSS_VESPO)
+            *sampling_log_weight = rollout_correction_log_weight(loss->rollout_correction, weights, R);
         for (int j = 0; j < R; j++) {
-            advantages[j] *= weights[j];
+            if (loss->policy_loss != POLICY_LOSS_VESPO) advantages[j] *= weights[j];
             if (stats) stats->rollout_weight_sum += weights[j];
         }
         free(weights);
@@ -253,6 +258,7 @@ double actor_micro_step(Model *actor, Sample *const *samples, int count, const P
         // makes every policy loss form's term and gradient 0; the KL term stays), Clip-Cov's
         // left-out tokens (the same way), the rollout correction and the off-policy mask change.
         const float *sample_advantages = s->advantages;
+        double sampling_log_weight = 0.0; // VESPO's share of the rollout correction
         if (adjusts_advantages) {
             advantages = xrealloc(advantages, (size_t)s->response_length * sizeof(float));
             memcpy(advantages, s->advantages, (size_t)s->response_length * sizeof(float));
@@ -264,7 +270,7 @@ double actor_micro_step(Model *actor, Sample *const *samples, int count, const P
                     if (stats) stats->clip_cov_left_out += 1;
                 }
             if (loss->rollout_correction != ROLLOUT_CORRECTION_NONE || loss->off_policy_mask)
-                correct_for_sampling(loss, s, logp + offset, advantages, stats);
+                correct_for_sampling(loss, s, logp + offset, advantages, &sampling_log_weight, stats);
             sample_advantages = advantages;
         }
         if (entropy_mask_gmpo) {
@@ -272,7 +278,11 @@ double actor_micro_step(Model *actor, Sample *const *samples, int count, const P
             for (int j = 0; j < s->response_length; j++) kept[j] = entropy[offset + j] >= threshold;
             total += s->loss_scale * ppo_gmpo_loss(loss, logp + offset, s->logp_old, s->advantages, kept,
                                                    s->response_length, s->loss_scale, dlogp + offset, stats);
-        } else
+        } else if (loss->policy_loss == POLICY_LOSS_VESPO)
+            total += s->loss_scale * ppo_vespo_loss(loss, logp + offset, s->logp_old, sample_advantages,
+                                                    sampling_log_weight, s->response_length, s->loss_scale,
+                                                    dlogp + offset, stats);
+        else
             total += s->loss_scale * ppo_policy_loss(loss, logp + offset, s->logp_old, sample_advantages, s->segments,
                                                      s->segment_count, s->response_length, s->loss_scale,
                                                      dlogp + offset, stats);

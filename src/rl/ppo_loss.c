@@ -111,15 +111,15 @@ static double policy_term(const PpoLossConfig *config, double advantage, double 
     }
 }
 
-// VESPO over one response: one weight phi(w) per advantage sign from the response's ratio
-// w, then CISPO-like terms -phi A logp whose weight carries no gradient.
-static double vespo_loss(const PpoLossConfig *config, const float *logp_new, const float *logp_old,
-                         const float *advantages, int R, float scale, float *dlogp, PpoLossStats *stats) {
+double ppo_vespo_loss(const PpoLossConfig *config, const float *logp_new, const float *logp_old,
+                      const float *advantages, double sampling_log_weight, int R, float scale, float *dlogp,
+                      PpoLossStats *stats) {
     double log_w = 0;
     for (int t = 0; t < R; t++) {
         double token_log_ratio = (double)logp_new[t] - logp_old[t];
         log_w += token_log_ratio < -20 ? -20 : token_log_ratio > 20 ? 20 : token_log_ratio;
     }
+    log_w += sampling_log_weight; // log(pi/pi_old) + log(pi_old/pi_sampler), as TRL sums them
     const double lowest = log(1e-8);
     log_w = log_w < lowest ? lowest : log_w > 20 ? 20 : log_w;
     const double w = exp(log_w);
@@ -192,7 +192,7 @@ double ppo_policy_loss(const PpoLossConfig *config, const float *logp_new, const
                        const float *advantages, const int *segment_lengths, int segments, int R, float scale,
                        float *dlogp, PpoLossStats *stats) {
     if (config->policy_loss == POLICY_LOSS_VESPO)
-        return vespo_loss(config, logp_new, logp_old, advantages, R, scale, dlogp, stats);
+        return ppo_vespo_loss(config, logp_new, logp_old, advantages, 0.0, R, scale, dlogp, stats);
     if (config->policy_loss == POLICY_LOSS_GMPO)
         return ppo_gmpo_loss(config, logp_new, logp_old, advantages, NULL, R, scale, dlogp, stats);
     double loss = 0;
@@ -402,6 +402,17 @@ void rollout_correction_weights(RolloutCorrection mode, float min, float max, co
         if (truncate) weights[t] = (float)(ratio < min ? min : ratio > max ? max : ratio);
         else weights[t] = ratio < min || ratio > max ? 0.0f : (float)ratio;
     }
+}
+
+double rollout_correction_log_weight(RolloutCorrection mode, const float *weights, int R) {
+    const double lowest = log(1e-8);
+    const bool sequence = mode == ROLLOUT_CORRECTION_SEQUENCE_TRUNCATE || mode == ROLLOUT_CORRECTION_SEQUENCE_MASK;
+    double sum = 0;
+    for (int t = 0; t < (sequence ? (R > 0) : R); t++) { // a sequence mode's weight is on every token: once
+        const double log_weight = log((double)weights[t]); // a masked token's 0: -inf, clamped
+        sum += log_weight < lowest ? lowest : log_weight > 20 ? 20 : log_weight;
+    }
+    return sum;
 }
 
 bool off_policy_masked(const float *logp_sampling, const float *logp_new, int R, float threshold) {

@@ -151,6 +151,16 @@ double ppo_kl_loss_ratio_weighted(const PpoLossConfig *config, const float *logp
 // modes); 1 everywhere for NONE. As TRL computes vllm_importance_sampling_ratio.
 void rollout_correction_weights(RolloutCorrection mode, float min, float max, const float *logp_old,
                                 const float *logp_rollout, int R, float *weights);
+// VESPO's share of a response's rollout-correction weights (TRL's get_gamma_weights with an
+// importance_sampling_ratio): the sum over its tokens of log(weight) clamped to [log 1e-8, 20]
+// (token modes), or that of the one weight (sequence modes, which put it on every token).
+double rollout_correction_log_weight(RolloutCorrection mode, const float *weights, int R);
+// VESPO over one response: one weight phi(w) per advantage sign from the response's ratio w
+// (the product of its token ratios times exp(sampling_log_weight), the rollout correction's
+// share: 0 without one), then CISPO-like terms -phi A logp whose weight carries no gradient.
+double ppo_vespo_loss(const PpoLossConfig *config, const float *logp_new, const float *logp_old,
+                      const float *advantages, double sampling_log_weight, int R, float scale, float *dlogp,
+                      PpoLossStats *stats);
 // DeepSeek-V3.2's off-policy sequence mask (TRL's get_off_policy_mask): true when the mean over
 // the response of logp_sampling - logp_new is above `threshold` (its negative-advantage tokens
 // then leave the policy term).

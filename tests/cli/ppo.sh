@@ -324,8 +324,23 @@ expect_error ppo_rollout_correction_bounds "must be 0 <= min < max" "$bin" ppo "
     --rollout-correction token-mask --rollout-correction-min 2 --rollout-correction-max 1 --output "$tmp/x"
 expect_error ppo_rollout_correction_from_rollout "give one (--rollout-correction)" "$bin" ppo "${common[@]}" \
     --rollout-correction token-mask --old-logprobs-from-rollout --output "$tmp/x"
-expect_error ppo_rollout_correction_vespo "--policy-loss vespo weighs its tokens" "$bin" ppo "${common[@]}" \
-    --advantage-estimator grpo --samples-per-prompt 2 --policy-loss vespo --rollout-correction token-mask --output "$tmp/x"
+# VESPO folds the weights into its own sequence ratio (TRL's get_gamma_weights): with weights
+# of ~1 (sequence-truncate on the CPU) the first step's actor gradient is the plain VESPO run's
+# to 1e-3; with every token masked (log 1e-8 each) its gamma weight, and so the gradient,
+# all but vanish.
+vespo=("${one[@]}" --advantage-estimator grpo --samples-per-prompt 2 --policy-loss vespo)
+run vespo_plain "${vespo[@]}"
+run vespo_sequence "${vespo[@]}" --rollout-correction sequence-truncate
+run vespo_masked "${vespo[@]}" --rollout-correction token-mask --rollout-correction-max 0.5
+python3 - "$tmp" << 'PYEOF2' &&
+import json, sys
+def first(name):
+    return [r for r in map(json.loads, open(f"{sys.argv[1]}/{name}/metrics.jsonl")) if "train/score" in r][0]
+norms = [first(n)["train/actor_grad_norm"] for n in ("vespo_plain", "vespo_sequence", "vespo_masked")]
+print(f"VESPO actor grad norms (plain, sequence-truncate, all masked) {norms}", file=sys.stderr)
+sys.exit(0 if norms[0] > 0 and abs(norms[1] - norms[0]) < 1e-3 * norms[0] and norms[2] < 1e-6 * norms[0] else 1)
+PYEOF2
+    pass ppo_rollout_correction_vespo || fail ppo_rollout_correction_vespo "$(tail -n 3 "$tmp/vespo_masked.err")"
 run grpo_overlong --advantage-estimator grpo --samples-per-prompt 4 --max-iterations 1 --termination-condition token \
     --overlong-buffer 8 --overlong-penalty 5
 run grpo_plain --advantage-estimator grpo --samples-per-prompt 4 --max-iterations 1 --termination-condition token
