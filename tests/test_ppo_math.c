@@ -261,6 +261,41 @@ static void expect_loss_and_gradient(const char *kind, size_t index, double loss
     }
 }
 
+// A micro-batch case of responses of several lengths (KL-Cov, Clip-Cov): their log-probs and
+// advantages end to end, response b from first[b] with R[b] tokens, n in all.
+typedef struct {
+    int B, n, first[8], R[8];
+    float logp_old[64], logp_new[64], advantages[64];
+} MicroBatchCase;
+
+static void micro_batch_case(json_t *c, MicroBatchCase *m) {
+    m->B = (int)json_array_size(json_object_get(c, "lengths"));
+    m->n = 0;
+    CHECK(m->B <= 8, "a micro-batch case of %d responses", m->B);
+    for (int b = 0; b < m->B; b++) {
+        m->first[b] = m->n;
+        m->R[b] = floats(json_array_get(json_object_get(c, "logp_old"), b), m->logp_old + m->n);
+        floats(json_array_get(json_object_get(c, "logp_new"), b), m->logp_new + m->n);
+        floats(json_array_get(json_object_get(c, "advantages"), b), m->advantages + m->n);
+        m->n += m->R[b];
+    }
+}
+
+static void expect_micro_batch_loss_and_gradient(const char *kind, size_t index, double loss, double loss_tolerance,
+                                                 const float *grad, const MicroBatchCase *m, json_t *c) {
+    char what[96];
+    snprintf(what, sizeof what, "%s case %zu loss", kind, index);
+    EXPECT_CLOSE(loss, json_number_value(json_object_get(c, "loss")), 1e-6, loss_tolerance, what);
+    for (int b = 0; b < m->B; b++) {
+        float want[16];
+        floats(json_array_get(json_object_get(c, "grad"), b), want);
+        for (int t = 0; t < m->R[b]; t++) {
+            snprintf(what, sizeof what, "%s case %zu d loss / d logp[%d][%d]", kind, index, b, t);
+            EXPECT_CLOSE(grad[m->first[b] + t], want[t], 1e-6, 1e-4, what);
+        }
+    }
+}
+
 static void test_policy_losses_against_trl(void) {
     json_error_t error;
     json_t *root = json_load_file("tests/fixtures/ppo/grpo_losses.json", 0, &error);
@@ -463,45 +498,29 @@ static void test_policy_losses_against_trl(void) {
         PpoLossConfig config = {.policy_loss = POLICY_LOSS_KL_COV,
                                 .kl_cov_ratio = (float)json_number_value(json_object_get(c, "kl_cov_ratio")),
                                 .kl_cov_coef = (float)json_number_value(json_object_get(c, "ppo_kl_coef"))};
-        json_t *lengths = json_object_get(c, "lengths");
-        const int B = (int)json_array_size(lengths);
-        float logp_old[64], logp_new[64], advantages[64], grad[64] = {0};
-        int first[8], R[8], n = 0, segments[64];
-        for (int b = 0; b < B; b++) {
-            first[b] = n;
-            R[b] = floats(json_array_get(json_object_get(c, "logp_old"), b), logp_old + n);
-            floats(json_array_get(json_object_get(c, "logp_new"), b), logp_new + n);
-            floats(json_array_get(json_object_get(c, "advantages"), b), advantages + n);
-            n += R[b];
-        }
-        for (int t = 0; t < n; t++) segments[t] = 1;
+        MicroBatchCase m;
+        micro_batch_case(c, &m);
+        float grad[64] = {0};
+        int segments[64];
+        for (int t = 0; t < m.n; t++) segments[t] = 1;
         unsigned char selected[64];
-        kl_cov_tokens(advantages, logp_new, n, config.kl_cov_ratio, selected);
+        kl_cov_tokens(m.advantages, m.logp_new, m.n, config.kl_cov_ratio, selected);
         double loss = 0;
-        const float scale = 1.0f / n; // token-mean over the micro-batch
-        for (int b = 0; b < B; b++) {
+        const float scale = 1.0f / m.n; // token-mean over the micro-batch
+        for (int b = 0; b < m.B; b++) {
+            const int first = m.first[b], R = m.R[b];
             float want[16];
             floats(json_array_get(json_object_get(c, "selected"), b), want);
-            for (int t = 0; t < R[b]; t++)
-                EXPECT(selected[first[b] + t] == (want[t] != 0), "KL-Cov case %zu response %d token %d selected", index,
-                       b, t);
-            loss += scale * ppo_policy_loss(&config, logp_new + first[b], logp_old + first[b], advantages + first[b],
-                                            segments, R[b], R[b], scale, grad + first[b], NULL);
+            for (int t = 0; t < R; t++)
+                EXPECT(selected[first + t] == (want[t] != 0), "KL-Cov case %zu response %d token %d selected", index, b,
+                       t);
+            loss += scale * ppo_policy_loss(&config, m.logp_new + first, m.logp_old + first, m.advantages + first,
+                                            segments, R, R, scale, grad + first, NULL);
             loss += scale * config.kl_cov_coef *
-                    ppo_kl_cov_term(logp_new + first[b], logp_old + first[b], selected + first[b], R[b],
-                                    config.kl_cov_coef, scale, grad + first[b]);
+                    ppo_kl_cov_term(m.logp_new + first, m.logp_old + first, selected + first, R, config.kl_cov_coef,
+                                    scale, grad + first);
         }
-        char what[96];
-        snprintf(what, sizeof what, "KL-Cov case %zu loss", index);
-        EXPECT_CLOSE(loss, json_number_value(json_object_get(c, "loss")), 1e-6, 1e-5, what);
-        for (int b = 0; b < B; b++) {
-            float want[16];
-            floats(json_array_get(json_object_get(c, "grad"), b), want);
-            for (int t = 0; t < R[b]; t++) {
-                snprintf(what, sizeof what, "KL-Cov case %zu d loss / d logp[%d][%d]", index, b, t);
-                EXPECT_CLOSE(grad[first[b] + t], want[t], 1e-6, 1e-4, what);
-            }
-        }
+        expect_micro_batch_loss_and_gradient("KL-Cov", index, loss, 1e-5, grad, &m, c);
         kl_cov_cases++;
     }
     EXPECT(kl_cov_cases == 3, "%d KL-Cov cases", kl_cov_cases);
@@ -514,64 +533,49 @@ static void test_policy_losses_against_trl(void) {
                                 .clip_ratio = (float)json_number_value(json_object_get(c, "epsilon_low")),
                                 .clip_ratio_high = (float)json_number_value(json_object_get(c, "epsilon_high"))};
         const double ratio = json_number_value(json_object_get(c, "clip_cov_ratio"));
-        json_t *lengths = json_object_get(c, "lengths");
-        const int B = (int)json_array_size(lengths);
-        float logp_old[64], logp_new[64], advantages[64], grad[64] = {0};
+        MicroBatchCase m;
+        micro_batch_case(c, &m);
+        float grad[64] = {0};
         double keys[64];
-        int first[8], R[8], n = 0, segments[64];
-        for (int b = 0; b < B; b++) {
-            first[b] = n;
-            R[b] = floats(json_array_get(json_object_get(c, "logp_old"), b), logp_old + n);
-            floats(json_array_get(json_object_get(c, "logp_new"), b), logp_new + n);
-            floats(json_array_get(json_object_get(c, "advantages"), b), advantages + n);
+        int segments[64];
+        for (int b = 0; b < m.B; b++) {
             json_t *row_keys = json_array_get(json_object_get(c, "keys"), b);
-            for (int t = 0; t < R[b]; t++) keys[n + t] = json_number_value(json_array_get(row_keys, t));
-            n += R[b];
+            for (int t = 0; t < m.R[b]; t++) keys[m.first[b] + t] = json_number_value(json_array_get(row_keys, t));
         }
         unsigned char unclipped[64], selected[64];
-        for (int t = 0; t < n; t++) {
+        for (int t = 0; t < m.n; t++) {
             segments[t] = 1;
-            unclipped[t] = !ppo_clip_binds(advantages[t], (double)logp_new[t] - logp_old[t], config.clip_ratio,
+            unclipped[t] = !ppo_clip_binds(m.advantages[t], (double)m.logp_new[t] - m.logp_old[t], config.clip_ratio,
                                            config.clip_ratio_high);
         }
-        const long drawn = clip_cov_tokens(advantages, logp_new, unclipped, keys, n, ratio,
+        const long drawn = clip_cov_tokens(m.advantages, m.logp_new, unclipped, keys, m.n, ratio,
                                            json_number_value(json_object_get(c, "lower")),
                                            json_number_value(json_object_get(c, "upper")), selected);
         long candidates = 0;
         double loss = 0;
-        const float scale = 1.0f / n; // token-mean over the micro-batch
-        for (int b = 0; b < B; b++) {
-            float want_selected[16], want_candidate[16];
+        const float scale = 1.0f / m.n; // token-mean over the micro-batch
+        for (int b = 0; b < m.B; b++) {
+            const int first = m.first[b], R = m.R[b];
+            float want_selected[16], want_candidate[16], kept[16];
             floats(json_array_get(json_object_get(c, "selected"), b), want_selected);
             floats(json_array_get(json_object_get(c, "candidates"), b), want_candidate);
-            float kept[16];
-            for (int t = 0; t < R[b]; t++) {
-                EXPECT(selected[first[b] + t] == (want_selected[t] != 0), "Clip-Cov case %zu response %d token %d drawn",
+            for (int t = 0; t < R; t++) {
+                EXPECT(selected[first + t] == (want_selected[t] != 0), "Clip-Cov case %zu response %d token %d drawn",
                        index, b, t);
                 candidates += want_candidate[t] != 0;
-                EXPECT(!selected[first[b] + t] || want_candidate[t] != 0,
+                EXPECT(!selected[first + t] || want_candidate[t] != 0,
                        "Clip-Cov case %zu response %d token %d drawn but not a candidate", index, b, t);
-                kept[t] = selected[first[b] + t] ? 0.0f : advantages[first[b] + t];
+                kept[t] = selected[first + t] ? 0.0f : m.advantages[first + t];
             }
-            loss += scale * ppo_policy_loss(&config, logp_new + first[b], logp_old + first[b], kept, segments, R[b],
-                                            R[b], scale, grad + first[b], NULL);
+            loss += scale * ppo_policy_loss(&config, m.logp_new + first, m.logp_old + first, kept, segments, R, R, scale,
+                                            grad + first, NULL);
         }
-        long want_drawn = (long)(n * ratio);
+        long want_drawn = (long)(m.n * ratio);
         if (want_drawn < 1) want_drawn = 1;
         if (want_drawn > candidates) want_drawn = candidates;
         EXPECT(drawn == want_drawn, "Clip-Cov case %zu: %ld drawn, want %ld", index, drawn, want_drawn);
         partial_draws += drawn >= 2 && drawn < candidates;
-        char what[96];
-        snprintf(what, sizeof what, "Clip-Cov case %zu loss", index);
-        EXPECT_CLOSE(loss, json_number_value(json_object_get(c, "loss")), 1e-6, 1e-4, what);
-        for (int b = 0; b < B; b++) {
-            float want[16];
-            floats(json_array_get(json_object_get(c, "grad"), b), want);
-            for (int t = 0; t < R[b]; t++) {
-                snprintf(what, sizeof what, "Clip-Cov case %zu d loss / d logp[%d][%d]", index, b, t);
-                EXPECT_CLOSE(grad[first[b] + t], want[t], 1e-6, 1e-4, what);
-            }
-        }
+        expect_micro_batch_loss_and_gradient("Clip-Cov", index, loss, 1e-4, grad, &m, c);
         clip_cov_cases++;
     }
     // verl's GPG: the rollout's advantages alpha (r - group mean), and the -A logp loss (token

@@ -136,12 +136,23 @@ for advantage in [1.3, -0.7]:
 
 
 
+def sampling_ratio(mode, clip_min, clip_max, old, sampling, mask):
+    """TRL 1.16's vllm_importance_sampling_ratio (_generate_and_score_completions): exp of old -
+    sampling per token, or of its sum over the response for the sequence modes; truncated by
+    clamp(min, max) or set to 0 outside [min, max]."""
+    per_token_logps_diff = (old - sampling) * mask
+    logps_diff = per_token_logps_diff.sum(dim=-1, keepdim=True) if mode.startswith("sequence") else per_token_logps_diff
+    ratio = torch.exp(logps_diff)
+    if mode.endswith("truncate"):
+        return torch.clamp(ratio, min=clip_min, max=clip_max)
+    low = clip_min if clip_min is not None else -math.inf
+    return ratio.masked_fill((ratio < low) | (ratio > clip_max), value=0.0)
+
+
 def rollout_correction_case(mode, clip_min, clip_max, advantage, R, threshold):
     """One response of R tokens sampled by a generation engine whose log-probs (`sampling`) differ
-    from the training forward's old ones: TRL 1.16's vllm_importance_sampling ratio (from
-    _generate_and_score_completions: exp of old - sampling per token, or of its sum over the
-    response for the sequence modes; truncated by clamp(min, max) or set to 0 outside [min, max]),
-    GRPOTrainer.get_off_policy_mask (called here) with the sampling log-probs, and _compute_loss's
+    from the training forward's old ones: TRL 1.16's vllm_importance_sampling ratio
+    (sampling_ratio), GRPOTrainer.get_off_policy_mask (called here) with the sampling log-probs, and _compute_loss's
     grpo per-token loss times both, averaged over the tokens, with its gradient."""
     eps_low, eps_high = 0.2, 0.28
     old = torch.tensor([[rng.uniform(-4.0, -0.2) for _ in range(R)]], dtype=torch.float64)
@@ -149,14 +160,7 @@ def rollout_correction_case(mode, clip_min, clip_max, advantage, R, threshold):
     new = (old + torch.tensor([[rng.gauss(0, 0.3) for _ in range(R)]], dtype=torch.float64)).requires_grad_()
     mask = torch.ones(1, R, dtype=torch.float64)
     advantages = torch.tensor([[advantage]], dtype=torch.float64)
-    per_token_logps_diff = (old - sampling) * mask
-    logps_diff = per_token_logps_diff.sum(dim=-1, keepdim=True) if mode.startswith("sequence") else per_token_logps_diff
-    ratio = torch.exp(logps_diff)
-    if mode.endswith("truncate"):
-        ratio = torch.clamp(ratio, min=clip_min, max=clip_max)
-    else:
-        low = clip_min if clip_min is not None else -math.inf
-        ratio = ratio.masked_fill((ratio < low) | (ratio > clip_max), value=0.0)
+    ratio = sampling_ratio(mode, clip_min, clip_max, old, sampling, mask)
     keep = torch.ones(1, 1, dtype=torch.float64)
     if threshold is not None:
         keep = GRPOTrainer.get_off_policy_mask(advantages=advantages, per_token_logps=new, sampling_per_token_logps=sampling,
@@ -442,10 +446,8 @@ gmpo_entropy = [gmpo_entropy_case(advantage, R, spread, quantile) for advantage 
                 for R, spread, quantile in [(6, 0.3, 0.5), (12, 0.6, 0.2), (4, 0.1, 0.8)]]
 
 
-
 def vespo_correction_case(mode, clip_min, clip_max, advantage, R):
-    """TRL 1.16's VESPO with vLLM importance sampling: the ratio as rollout_correction_case
-    computes it, passed to GRPOTrainer.get_gamma_weights (called here) as importance_sampling_ratio,
+    """TRL 1.16's VESPO with vLLM importance sampling: the ratio (sampling_ratio), passed to GRPOTrainer.get_gamma_weights (called here) as importance_sampling_ratio,
     which adds the sum of its clamped logs to the sequence's log-ratio (the per-token loss is not
     weighted again for vespo); -phi A logp averaged over the tokens, autograd."""
     old = torch.tensor([[rng.uniform(-4.0, -0.2) for _ in range(R)]], dtype=torch.float64)
@@ -453,14 +455,7 @@ def vespo_correction_case(mode, clip_min, clip_max, advantage, R):
     new = (old + torch.tensor([[rng.gauss(0, 0.1) for _ in range(R)]], dtype=torch.float64)).requires_grad_()
     mask = torch.ones(1, R, dtype=torch.float64)
     advantages = torch.tensor([[advantage]], dtype=torch.float64)
-    per_token_logps_diff = (old - sampling) * mask
-    logps_diff = per_token_logps_diff.sum(dim=-1, keepdim=True) if mode.startswith("sequence") else per_token_logps_diff
-    ratio = torch.exp(logps_diff)
-    if mode.endswith("truncate"):
-        ratio = torch.clamp(ratio, min=clip_min, max=clip_max)
-    else:
-        low = clip_min if clip_min is not None else -math.inf
-        ratio = ratio.masked_fill((ratio < low) | (ratio > clip_max), value=0.0)
+    ratio = sampling_ratio(mode, clip_min, clip_max, old, sampling, mask)
     phi = GRPOTrainer.get_gamma_weights(advantages=advantages, log_ratio_per_token=new - old, mask=mask,
                                         importance_sampling_ratio=ratio)
     per_token_loss = -phi * advantages * new
