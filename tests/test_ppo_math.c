@@ -261,6 +261,18 @@ static void expect_loss_and_gradient(const char *kind, size_t index, double loss
     }
 }
 
+// A rollout case's rewards and groups (at most 32); returns their count.
+static int rollout_rewards_case(json_t *c, double *rewards, int *groups) {
+    json_t *r = json_object_get(c, "rewards");
+    const int count = (int)json_array_size(r);
+    CHECK(count <= 32, "a rollout case of %d rewards", count);
+    for (int q = 0; q < count; q++) {
+        rewards[q] = json_number_value(json_array_get(r, q));
+        groups[q] = (int)json_integer_value(json_array_get(json_object_get(c, "groups"), q));
+    }
+    return count;
+}
+
 // A micro-batch case of responses of several lengths (KL-Cov, Clip-Cov): their log-probs and
 // advantages end to end, response b from first[b] with R[b] tokens, n in all.
 typedef struct {
@@ -584,12 +596,7 @@ static void test_policy_losses_against_trl(void) {
     json_array_foreach(json_object_get(root, "gpg"), index, c) {
         double rewards[32], got[32];
         int groups[32];
-        json_t *r = json_object_get(c, "rewards");
-        const int count = (int)json_array_size(r);
-        for (int q = 0; q < count; q++) {
-            rewards[q] = json_number_value(json_array_get(r, q));
-            groups[q] = (int)json_integer_value(json_array_get(json_object_get(c, "groups"), q));
-        }
+        const int count = rollout_rewards_case(c, rewards, groups);
         rollout_group_advantages(ESTIMATOR_GPG, GROUP_SCALE_GROUP, rewards, NULL, groups, count, got);
         for (int q = 0; q < count; q++) {
             char what[64];
@@ -619,12 +626,7 @@ static void test_policy_losses_against_trl(void) {
     json_array_foreach(json_object_get(root, "batch_scaling"), index, c) {
         double rewards[32], got[32];
         int groups[32];
-        json_t *r = json_object_get(c, "rewards");
-        int count = (int)json_array_size(r);
-        for (int q = 0; q < count; q++) {
-            rewards[q] = json_number_value(json_array_get(r, q));
-            groups[q] = (int)json_integer_value(json_array_get(json_object_get(c, "groups"), q));
-        }
+        const int count = rollout_rewards_case(c, rewards, groups);
         rollout_group_advantages(ESTIMATOR_GRPO, GROUP_SCALE_BATCH, rewards, NULL, groups, count, got);
         for (int q = 0; q < count; q++) {
             char what[64];

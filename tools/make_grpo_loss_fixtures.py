@@ -257,11 +257,9 @@ for advantage in [1.3, -0.7]:
 
 
 
-def kl_cov_case(lengths, kl_cov_ratio, ppo_kl_coef):
-    """verl's compute_policy_loss_kl_cov (core_algos.py, written out: verl is not installed) on one
-    micro-batch of responses with these lengths, token-varying advantages: -A ratio, and on the
-    max(1, int(n kl_cov_ratio)) tokens of largest (A - mean A)(logp - mean logp) over the valid
-    tokens (torch.topk) -A ratio + ppo_kl_coef |logp - old|; token-mean aggregation; autograd."""
+def micro_batch_tensors(lengths, advantage_spread):
+    """Random [B, T] old and new log-probs and token advantages of responses of these lengths,
+    and their mask (the KL-Cov and Clip-Cov cases)."""
     B, T = len(lengths), max(lengths)
     mask = torch.zeros(B, T, dtype=torch.float64)
     for b, n in enumerate(lengths):
@@ -269,7 +267,17 @@ def kl_cov_case(lengths, kl_cov_ratio, ppo_kl_coef):
     old = torch.tensor([[rng.uniform(-4.0, -0.2) for _ in range(T)] for _ in range(B)], dtype=torch.float64)
     new = (old + torch.tensor([[rng.gauss(0, 0.3) for _ in range(T)] for _ in range(B)], dtype=torch.float64))
     new = new.requires_grad_()
-    advantages = torch.tensor([[rng.gauss(0, 1) for _ in range(T)] for _ in range(B)], dtype=torch.float64)
+    advantages = torch.tensor([[rng.gauss(0, advantage_spread) for _ in range(T)] for _ in range(B)],
+                              dtype=torch.float64)
+    return B, T, mask, old, new, advantages
+
+
+def kl_cov_case(lengths, kl_cov_ratio, ppo_kl_coef):
+    """verl's compute_policy_loss_kl_cov (core_algos.py, written out: verl is not installed) on one
+    micro-batch of responses with these lengths, token-varying advantages: -A ratio, and on the
+    max(1, int(n kl_cov_ratio)) tokens of largest (A - mean A)(logp - mean logp) over the valid
+    tokens (torch.topk) -A ratio + ppo_kl_coef |logp - old|; token-mean aggregation; autograd."""
+    B, T, mask, old, new, advantages = micro_batch_tensors(lengths, 1)
     negative_approx_kl = new - old
     abs_kl = negative_approx_kl.abs()
     ratio = torch.exp(negative_approx_kl)
@@ -334,14 +342,7 @@ def clip_cov_case(lengths, clip_cov_ratio, lower, upper, eps_low=0.2, eps_high=0
     aggregation; autograd. verl draws them with torch.randperm; here each token has a uniform key
     and the draw takes the smallest keys (marlhf's way, another uniform subset), so that the
     loss can be checked whatever the draw."""
-    B, T = len(lengths), max(lengths)
-    mask = torch.zeros(B, T, dtype=torch.float64)
-    for b, n in enumerate(lengths):
-        mask[b, :n] = 1
-    old = torch.tensor([[rng.uniform(-4.0, -0.2) for _ in range(T)] for _ in range(B)], dtype=torch.float64)
-    new = (old + torch.tensor([[rng.gauss(0, 0.3) for _ in range(T)] for _ in range(B)], dtype=torch.float64))
-    new = new.requires_grad_()
-    advantages = torch.tensor([[rng.gauss(0, 1.5) for _ in range(T)] for _ in range(B)], dtype=torch.float64)
+    B, T, mask, old, new, advantages = micro_batch_tensors(lengths, 1.5)
     keys = torch.tensor([[rng.random() for _ in range(T)] for _ in range(B)], dtype=torch.float64)
     ratio = torch.exp(new - old)
     pg_losses1 = -advantages * ratio
