@@ -332,7 +332,7 @@ int cmd_ppo(int argc, char **argv) {
          "gae (PPO, with a critic) | grpo | dr-grpo | rloo | opo | gpg | remax (the greedy answer's score the baseline) | "
          "reinforce++ | reinforce++-baseline (no critic)", false, false},
         {"samples-per-prompt", "n_samples_per_prompt num_generations", OPT_INT, &samples_per_prompt,
-         "responses generated per prompt (grpo, dr-grpo, rloo, opo, reinforce++-baseline: at least 2)", false, false},
+         "responses generated per prompt (grpo, dr-grpo, rloo, opo, gpg, reinforce++-baseline: at least 2)", false, false},
         {"termination-condition", "termination_condition", OPT_STRING, &termination, "fixed | randomized | parsing | ppl | token (vanilla PPO)", false, false},
         {"ngram", NULL, OPT_INT, &ngram, "macro-action length for fixed n-gram (1: token-level PPO)", false, false},
         {"repeat-times", "repeat_times", OPT_INT, &repeat_times, "randomized n-gram: repeats of each length", false, false},
@@ -618,7 +618,7 @@ int cmd_ppo(int argc, char **argv) {
         die_user("option --policy-loss gmpo weighs the response as a whole: not with --rollout-correction or "
                  "--off-policy-mask-threshold (--policy-loss)");
     if (filter_groups && !needs_group)
-        die_user("option --filter-groups needs groups of responses: --advantage-estimator grpo, dr-grpo, rloo, opo or "
+        die_user("option --filter-groups needs groups of responses: --advantage-estimator grpo, dr-grpo, rloo, opo, gpg or "
                  "reinforce++-baseline");
     c.filter_groups = filter_groups;
     c.mask_truncated = mask_truncated;
