@@ -308,6 +308,16 @@ static void expect_micro_batch_loss_and_gradient(const char *kind, size_t index,
     }
 }
 
+// One response's case: its old and new log-probs, its advantage on every token and one-token
+// segments; returns its length (at most 16).
+static int response_case(json_t *c, float *logp_old, float *logp_new, float *advantages, int *segments) {
+    const int R = floats(json_object_get(c, "logp_old"), logp_old);
+    CHECK(R <= 16, "a response case of %d tokens", R);
+    floats(json_object_get(c, "logp_new"), logp_new);
+    for (int t = 0; t < R; t++) advantages[t] = (float)json_number_value(json_object_get(c, "advantage")), segments[t] = 1;
+    return R;
+}
+
 static void test_policy_losses_against_trl(void) {
     json_error_t error;
     json_t *root = json_load_file("tests/fixtures/ppo/grpo_losses.json", 0, &error);
@@ -334,9 +344,7 @@ static void test_policy_losses_against_trl(void) {
         config.vespo_k_neg = (float)json_number_value(json_array_get(vespo, 2));
         config.vespo_lambda_neg = (float)json_number_value(json_array_get(vespo, 3));
         float logp_old[16], logp_new[16], advantages[16], grad[16] = {0};
-        int R = floats(json_object_get(c, "logp_old"), logp_old), segments[16];
-        floats(json_object_get(c, "logp_new"), logp_new);
-        for (int t = 0; t < R; t++) advantages[t] = (float)json_number_value(json_object_get(c, "advantage")), segments[t] = 1;
+        int segments[16], R = response_case(c, logp_old, logp_new, advantages, segments);
         const float scale = token_sum ? 1.0f : 1.0f / R;
         char what[96];
         config.ratio_cap = (float)json_number_value(json_object_get(c, "delta"));
@@ -413,10 +421,8 @@ static void test_policy_losses_against_trl(void) {
                                 .kl_loss_estimator = KL_K3, .kl_loss_bias_correction = true};
         CHECK(ratio_kind_from_name(json_string_value(json_object_get(c, "level")), &config.ratio) == 0, "level");
         float logp_old[16], logp_ref[16], logp_new[16], advantages[16], grad[16] = {0};
-        int R = floats(json_object_get(c, "logp_old"), logp_old), segments[16];
+        int segments[16], R = response_case(c, logp_old, logp_new, advantages, segments);
         floats(json_object_get(c, "logp_ref"), logp_ref);
-        floats(json_object_get(c, "logp_new"), logp_new);
-        for (int t = 0; t < R; t++) advantages[t] = (float)json_number_value(json_object_get(c, "advantage")), segments[t] = 1;
         const float scale = 1.0f / R;
         double loss = ppo_policy_loss(&config, logp_new, logp_old, advantages, segments, R, R, scale, grad, NULL) * scale;
         loss += config.kl_loss_coef * scale *
@@ -438,10 +444,8 @@ static void test_policy_losses_against_trl(void) {
         CHECK(rollout_correction_from_name(json_string_value(json_object_get(c, "mode")), &config.rollout_correction) == 0,
               "mode");
         float logp_old[16], logp_sampling[16], logp_new[16], weights[16], advantages[16], grad[16] = {0};
-        int R = floats(json_object_get(c, "logp_old"), logp_old);
+        int segments[16], R = response_case(c, logp_old, logp_new, advantages, segments);
         floats(json_object_get(c, "logp_sampling"), logp_sampling);
-        floats(json_object_get(c, "logp_new"), logp_new);
-        for (int t = 0; t < R; t++) advantages[t] = (float)json_number_value(json_object_get(c, "advantage"));
         rollout_correction_weights(config.rollout_correction, (float)json_number_value(json_object_get(c, "clip_min")),
                                    (float)json_number_value(json_object_get(c, "clip_max")), logp_old, logp_sampling, R,
                                    weights);
@@ -462,9 +466,7 @@ static void test_policy_losses_against_trl(void) {
                                 .clip_ratio = (float)json_number_value(json_object_get(c, "epsilon_low")),
                                 .clip_ratio_high = (float)json_number_value(json_object_get(c, "epsilon_high"))};
         float logp_old[16], logp_new[16], advantages[16], grad[16] = {0};
-        int R = floats(json_object_get(c, "logp_old"), logp_old), segments[16];
-        floats(json_object_get(c, "logp_new"), logp_new);
-        for (int t = 0; t < R; t++) advantages[t] = (float)json_number_value(json_object_get(c, "advantage")), segments[t] = 1;
+        int segments[16], R = response_case(c, logp_old, logp_new, advantages, segments);
         PpoLossStats stats = {0};
         const double loss =
             ppo_policy_loss(&config, logp_new, logp_old, advantages, segments, R, R, 1.0f / R, grad, &stats) / R;
@@ -481,11 +483,9 @@ static void test_policy_losses_against_trl(void) {
                                 .clip_ratio = (float)json_number_value(json_object_get(c, "epsilon_low")),
                                 .clip_ratio_high = (float)json_number_value(json_object_get(c, "epsilon_high"))};
         float logp_old[16], logp_new[16], advantages[16], entropies[16], kept_want[16], grad[16] = {0};
-        int R = floats(json_object_get(c, "logp_old"), logp_old);
-        floats(json_object_get(c, "logp_new"), logp_new);
+        int segments[16], R = response_case(c, logp_old, logp_new, advantages, segments);
         floats(json_object_get(c, "entropies"), entropies);
         floats(json_object_get(c, "kept"), kept_want);
-        for (int t = 0; t < R; t++) advantages[t] = (float)json_number_value(json_object_get(c, "advantage"));
         const double threshold =
             ppo_quantile(entropies, R, 1.0 - json_number_value(json_object_get(c, "entropy_quantile")));
         EXPECT_CLOSE(threshold, json_number_value(json_object_get(c, "entropy_threshold")), 1e-6, 1e-6,
@@ -606,9 +606,7 @@ static void test_policy_losses_against_trl(void) {
         }
         PpoLossConfig config = {.policy_loss = POLICY_LOSS_GPG, .clip_ratio = 0.2f, .clip_ratio_high = 0.2f};
         float logp_old[16], logp_new[16], advantages[16], grad[16] = {0};
-        int R = floats(json_object_get(c, "logp_old"), logp_old), segments[16];
-        floats(json_object_get(c, "logp_new"), logp_new);
-        for (int t = 0; t < R; t++) advantages[t] = (float)json_number_value(json_object_get(c, "advantage")), segments[t] = 1;
+        int segments[16], R = response_case(c, logp_old, logp_new, advantages, segments);
         PpoLossStats stats = {0};
         const double loss =
             ppo_policy_loss(&config, logp_new, logp_old, advantages, segments, R, R, 1.0f / R, grad, &stats) / R;

@@ -47,6 +47,14 @@ from trl.trainer.utils import nanstd
 rng = random.Random(23)
 
 
+def log_importance_weights(log_ratio, mask, level):
+    """TRL's _compute_loss: the token log-ratios ("token"), or their mean over the response
+    ("sequence", GSPO's importance_sampling_level), [B, 1]."""
+    if level == "token":
+        return log_ratio
+    return ((log_ratio * mask).sum(-1) / mask.sum(-1).clamp(min=1.0)).unsqueeze(-1)
+
+
 def policy_case(loss_type, level, advantage, R, spread, delta=None, entropy_quantile=None):
     """One response of R tokens: TRL's per-token loss and its reduction for `loss_type`; with
     `delta` (TRL 1.16's two-sided clipping) grpo's coef_1 capped at it; with `entropy_quantile`
@@ -60,11 +68,7 @@ def policy_case(loss_type, level, advantage, R, spread, delta=None, entropy_quan
     per_token_logps, old_per_token_logps = new.view(1, R), old.view(1, R)
     advantages = torch.tensor([[advantage]], dtype=torch.float64)
     log_ratio = per_token_logps - old_per_token_logps
-    if level == "token":
-        log_importance_weights = log_ratio
-    else:
-        log_importance_weights = ((log_ratio * mask).sum(-1) / mask.sum(-1).clamp(min=1.0)).unsqueeze(-1)
-    coef_1 = torch.exp(log_importance_weights)
+    coef_1 = torch.exp(log_importance_weights(log_ratio, mask, level))
     if loss_type == "cispo":
         clamped_ratios = torch.clamp(coef_1, max=cispo_max).detach()
         per_token_loss = -clamped_ratios * advantages * per_token_logps
@@ -200,11 +204,7 @@ def kl_bias_case(level, advantage, R, beta):
     mask = torch.ones(1, R, dtype=torch.float64)
     advantages = torch.tensor([[advantage]], dtype=torch.float64)
     log_ratio = new - old
-    if level == "token":
-        log_importance_weights = log_ratio
-    else:
-        log_importance_weights = ((log_ratio * mask).sum(-1) / mask.sum(-1).clamp(min=1.0)).unsqueeze(-1)
-    coef_1 = torch.exp(log_importance_weights)
+    coef_1 = torch.exp(log_importance_weights(log_ratio, mask, level))
     per_token_kl = torch.exp(ref - new) - (ref - new) - 1
     per_token_kl = per_token_kl * coef_1
     coef_2 = torch.clamp(coef_1, 1 - eps_low, 1 + eps_high)

@@ -138,10 +138,11 @@ static double low_entropy_threshold(const PpoLossConfig *loss, Sample *const *sa
 }
 
 // What generation's sampling changes in a sample's policy term (advantages[0..R), the
-// sample's, modified in place; a weight >= 0 keeps each one's sign, and each policy loss form is
-// linear in it (VESPO's is refused with the correction)): each token's advantage times its
-// rollout-correction weight, and the negative ones 0 when the off-policy mask drops the response
-// (its KL from the sampling log-probs: generation's with the correction, else the old ones).
+// sample's, modified in place; a weight >= 0 keeps each one's sign, and each policy loss form but
+// VESPO's is linear in it): each token's advantage times its rollout-correction weight (VESPO:
+// *sampling_log_weight, the weights' share of its sequence ratio, instead), and the negative ones
+// 0 when the off-policy mask drops the response (its KL from the sampling log-probs: generation's
+// with the correction, else the old ones).
 static void correct_for_sampling(const PpoLossConfig *loss, const Sample *s, const float *logp_new, float *advantages,
                                  double *sampling_log_weight, PpoLossStats *stats) {
     const int R = s->response_length;

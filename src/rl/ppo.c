@@ -562,6 +562,18 @@ static void token_segments(Sample *s) {
     s->segment_count = s->response_length;
 }
 
+// Whether a response was cut at max_new_tokens without a stop token (or a stop check).
+static bool cut_short(const Sample *s) { return s->stop != STOP_TOKEN && s->stop != STOP_CHECK; }
+
+// A response's score with DAPO's overlong punishment and, when it was cut short (cut_short),
+// the missing-EOS penalty (the samples' and ReMax's greedy baselines').
+static float shaped_score(const Ppo *p, float score, int response_length, bool truncated) {
+    float shaped = score + overlong_penalty(response_length, p->c.max_new_tokens, p->c.overlong_buffer,
+                                            (float)p->c.overlong_penalty);
+    if (truncated) shaped -= (float)p->c.missing_eos_penalty;
+    return shaped;
+}
+
 // GDPO (--multi-objective-aggregation normalize_then_sum): every sample's sum of its reward
 // sources' scores normalised within its group (decoupled_group_rewards), from this rank's
 // sources' scores parts[k][0..) (its samples in rollout order) gathered across the ranks.
@@ -623,9 +635,7 @@ static int score_rollout(Ppo *p, const Rollout *r, RolloutStats *stats) {
         }
         if (r->local[q]) {
             Sample *s = r->local[q];
-            s->score = score + overlong_penalty(s->response_length, p->c.max_new_tokens, p->c.overlong_buffer,
-                                                (float)p->c.overlong_penalty);
-            if (r->truncated[q]) s->score -= (float)p->c.missing_eos_penalty;
+            s->score = shaped_score(p, score, s->response_length, r->truncated[q]);
         }
     }
     free(raw), free(decoupled);
@@ -675,11 +685,7 @@ static int remax_baselines(Ppo *p, const long *order, long count, Sample *sample
     dist_weights_drain(&p->reward); // ZeRO-3: the ranks score different numbers of rows
     for (long i = 0; i < count && !failed; i++) {
         const Sample *g = &greedy[which_unique[i]];
-        const bool truncated = g->stop != STOP_TOKEN && g->stop != STOP_CHECK;
-        samples[i].baseline = scores[which_unique[i]] +
-                              overlong_penalty(g->response_length, p->c.max_new_tokens, p->c.overlong_buffer,
-                                               (float)p->c.overlong_penalty) -
-                              (truncated ? (float)p->c.missing_eos_penalty : 0.0f);
+        samples[i].baseline = shaped_score(p, scores[which_unique[i]], g->response_length, cut_short(g));
     }
     for (long u = 0; u < distinct; u++) sample_free(&greedy[u]);
     free(greedy), free(pointers), free(scores), free(unique), free(which_unique);
@@ -1991,8 +1997,7 @@ int ppo_run(const PpoConfig *config) {
             double *lengths = xcalloc(2 * per_iteration, sizeof(double));
             for (long k = 0; k < local_rows; k++) {
                 lengths[rank + k * world] = samples[k].response_length;
-                lengths[per_iteration + rank + k * world] =
-                    samples[k].stop != STOP_TOKEN && samples[k].stop != STOP_CHECK;
+                lengths[per_iteration + rank + k * world] = cut_short(&samples[k]);
             }
             dist_sum_doubles(lengths, 2 * per_iteration);
             Rollout fresh = rollout_new(per_iteration);

@@ -37,12 +37,17 @@ typedef struct {
     int clipped;
 } PolicyTermGradient;
 
+// The ratio clipped to [1 - eps_low, 1 + eps_high].
+static double clip_ratio(double ratio, double eps_low, double eps_high) {
+    return ratio < 1 - eps_low ? 1 - eps_low : ratio > 1 + eps_high ? 1 + eps_high : ratio;
+}
+
 // PPO: the ratio clipped to [1 - eps_low, 1 + eps_high], the pessimistic of the two terms.
 // ratio_cap > 0: the unclipped term's ratio is min(ratio, ratio_cap) (TRL's delta).
 static double clipped_term(double advantage, double log_ratio, double eps_low, double eps_high, double ratio_cap,
                            PolicyTermGradient *g) {
     double ratio = exp(log_ratio);
-    double clipped_ratio = ratio < 1 - eps_low ? 1 - eps_low : ratio > 1 + eps_high ? 1 + eps_high : ratio;
+    double clipped_ratio = clip_ratio(ratio, eps_low, eps_high);
     const bool capped = ratio_cap > 0 && ratio > ratio_cap;
     double unclipped_loss = -advantage * (capped ? ratio_cap : ratio), clipped_loss = -advantage * clipped_ratio;
     g->clipped = ratio < 1 - eps_low || ratio > 1 + eps_high;
@@ -277,70 +282,65 @@ double ppo_kl_loss_ratio_weighted(const PpoLossConfig *config, const float *logp
     return sum;
 }
 
-typedef struct {
-    double covariance;
-    long index;
-} Covariance;
-
-// Largest covariance first, ties to the earlier token.
-static int compare_covariances(const void *a, const void *b) {
-    const Covariance *x = a, *y = b;
-    if (x->covariance != y->covariance) return x->covariance > y->covariance ? -1 : 1;
-    return (x->index > y->index) - (x->index < y->index);
-}
-
-void kl_cov_tokens(const float *advantages, const float *logp, long n, double ratio, unsigned char *selected) {
-    CHECK(n > 0, "KL-Cov over no tokens");
+// Each of n tokens' (A - mean A)(logp - mean logp), the means over all n (KL-Cov's and
+// Clip-Cov's covariance), into covariance[0..n) (xmalloc'd).
+static double *token_covariances(const float *advantages, const float *logp, long n) {
     double mean_advantage = 0, mean_logp = 0;
     for (long i = 0; i < n; i++) mean_advantage += advantages[i], mean_logp += logp[i];
     mean_advantage /= n, mean_logp /= n;
-    Covariance *all = xmalloc((size_t)n * sizeof(Covariance));
-    for (long i = 0; i < n; i++)
-        all[i] = (Covariance){((double)advantages[i] - mean_advantage) * ((double)logp[i] - mean_logp), i};
-    qsort(all, (size_t)n, sizeof(Covariance), compare_covariances);
-    long k = (long)(n * ratio);
-    if (k < 1) k = 1;
-    memset(selected, 0, (size_t)n);
-    for (long i = 0; i < k; i++) selected[all[i].index] = 1;
-    free(all);
-}
-
-bool ppo_clip_binds(double advantage, double log_ratio, double eps_low, double eps_high) {
-    const double ratio = exp(log_ratio);
-    const double clipped_ratio = ratio < 1 - eps_low ? 1 - eps_low : ratio > 1 + eps_high ? 1 + eps_high : ratio;
-    return -advantage * clipped_ratio > -advantage * ratio;
+    double *covariance = xmalloc((size_t)n * sizeof(double));
+    for (long i = 0; i < n; i++) covariance[i] = ((double)advantages[i] - mean_advantage) * ((double)logp[i] - mean_logp);
+    return covariance;
 }
 
 typedef struct {
     double key;
     long index;
-} KeyedToken;
+} RankedToken;
 
-static int compare_keys(const void *a, const void *b) {
-    const KeyedToken *x = a, *y = b;
+// Smallest key first, ties to the earlier token.
+static int compare_ranked(const void *a, const void *b) {
+    const RankedToken *x = a, *y = b;
     if (x->key != y->key) return x->key < y->key ? -1 : 1;
     return (x->index > y->index) - (x->index < y->index);
+}
+
+// Marks the first max(1, floor(n ratio)) of the `count` ranked tokens (all of them when there
+// are fewer) in selected[0..n) after sorting them; returns how many.
+static long select_first_ranked(RankedToken *ranked, long count, long n, double ratio, unsigned char *selected) {
+    qsort(ranked, (size_t)count, sizeof(RankedToken), compare_ranked);
+    long k = (long)(n * ratio);
+    if (k < 1) k = 1;
+    if (k > count) k = count;
+    memset(selected, 0, (size_t)n);
+    for (long i = 0; i < k; i++) selected[ranked[i].index] = 1;
+    return k;
+}
+
+void kl_cov_tokens(const float *advantages, const float *logp, long n, double ratio, unsigned char *selected) {
+    CHECK(n > 0, "KL-Cov over no tokens");
+    double *covariance = token_covariances(advantages, logp, n);
+    RankedToken *all = xmalloc((size_t)n * sizeof(RankedToken));
+    for (long i = 0; i < n; i++) all[i] = (RankedToken){-covariance[i], i}; // the largest covariance first
+    select_first_ranked(all, n, n, ratio, selected);
+    free(all), free(covariance);
+}
+
+bool ppo_clip_binds(double advantage, double log_ratio, double eps_low, double eps_high) {
+    const double ratio = exp(log_ratio);
+    return -advantage * clip_ratio(ratio, eps_low, eps_high) > -advantage * ratio;
 }
 
 long clip_cov_tokens(const float *advantages, const float *logp, const unsigned char *unclipped, const double *keys,
                      long n, double ratio, double lower, double upper, unsigned char *selected) {
     CHECK(n > 0, "Clip-Cov over no tokens");
-    double mean_advantage = 0, mean_logp = 0;
-    for (long i = 0; i < n; i++) mean_advantage += advantages[i], mean_logp += logp[i];
-    mean_advantage /= n, mean_logp /= n;
-    KeyedToken *candidates = xmalloc((size_t)n * sizeof(KeyedToken));
+    double *covariance = token_covariances(advantages, logp, n);
+    RankedToken *candidates = xmalloc((size_t)n * sizeof(RankedToken));
     long count = 0;
-    for (long i = 0; i < n; i++) {
-        const double covariance = ((double)advantages[i] - mean_advantage) * ((double)logp[i] - mean_logp);
-        if (unclipped[i] && covariance > lower && covariance < upper) candidates[count++] = (KeyedToken){keys[i], i};
-    }
-    qsort(candidates, (size_t)count, sizeof(KeyedToken), compare_keys);
-    long k = (long)(n * ratio);
-    if (k < 1) k = 1;
-    if (k > count) k = count;
-    memset(selected, 0, (size_t)n);
-    for (long i = 0; i < k; i++) selected[candidates[i].index] = 1;
-    free(candidates);
+    for (long i = 0; i < n; i++)
+        if (unclipped[i] && covariance[i] > lower && covariance[i] < upper) candidates[count++] = (RankedToken){keys[i], i};
+    const long k = select_first_ranked(candidates, count, n, ratio, selected);
+    free(candidates), free(covariance);
     return k;
 }
 
