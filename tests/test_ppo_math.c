@@ -458,6 +458,46 @@ static void test_policy_losses_against_trl(void) {
     }
     EXPECT(vespo_cases == 16 && crushed > 0, "%d VESPO cases with the rollout correction, %d with a masked token",
            vespo_cases, crushed);
+    // GSPO-token (TRL 1.11's "sequence_token" level, written out in the fixture tool): the
+    // response's ratio in value, each token's own gradient, a different advantage on each token;
+    // with its KL term times that ratio in half the cases. Its gradient is not GSPO's.
+    int gspo_token_cases = 0, unlike_gspo = 0;
+    json_array_foreach(json_object_get(root, "gspo_token"), index, c) {
+        PpoLossConfig config = {.ratio = RATIO_SEQUENCE_TOKEN,
+                                .clip_ratio = (float)json_number_value(json_object_get(c, "epsilon_low")),
+                                .clip_ratio_high = (float)json_number_value(json_object_get(c, "epsilon_high")),
+                                .cispo_max_weight = (float)json_number_value(json_object_get(c, "cispo_max")),
+                                .sapo_temperature_pos = (float)json_number_value(json_object_get(c, "tau_pos")),
+                                .sapo_temperature_neg = (float)json_number_value(json_object_get(c, "tau_neg")),
+                                .kl_loss_coef = (float)json_number_value(json_object_get(c, "beta")),
+                                .kl_loss_estimator = KL_K3, .kl_loss_bias_correction = true};
+        const char *type = json_string_value(json_object_get(c, "loss_type"));
+        CHECK(policy_loss_kind_from_name(!strcmp(type, "grpo") ? "ppo" : type, &config.policy_loss) == 0, "%s", type);
+        float logp_old[16], logp_ref[16], logp_new[16], advantages[16], grad[16] = {0}, grad_gspo[16] = {0};
+        int segments[16], R = floats(json_object_get(c, "logp_old"), logp_old);
+        CHECK(R <= 16, "a GSPO-token case of %d tokens", R);
+        floats(json_object_get(c, "logp_ref"), logp_ref);
+        floats(json_object_get(c, "logp_new"), logp_new);
+        floats(json_object_get(c, "advantages"), advantages);
+        for (int t = 0; t < R; t++) segments[t] = 1;
+        const float scale = 1.0f / R;
+        double loss = ppo_policy_loss(&config, logp_new, logp_old, advantages, segments, R, R, scale, grad, NULL) * scale;
+        PpoLossConfig gspo = config;
+        gspo.ratio = RATIO_SEQUENCE_MEAN;
+        ppo_policy_loss(&gspo, logp_new, logp_old, advantages, segments, R, R, scale, grad_gspo, NULL);
+        if (config.kl_loss_coef > 0) {
+            loss += config.kl_loss_coef * scale *
+                    ppo_kl_loss_ratio_weighted(&config, logp_new, logp_old, logp_ref, segments, R, R, scale, grad);
+            ppo_kl_loss_ratio_weighted(&gspo, logp_new, logp_old, logp_ref, segments, R, R, scale, grad_gspo);
+        }
+        expect_loss_and_gradient("GSPO-token", index, loss, grad, R, c);
+        bool differs = false;
+        for (int t = 0; t < R; t++) differs |= fabsf(grad[t] - grad_gspo[t]) > 1e-4f;
+        unlike_gspo += differs;
+        gspo_token_cases++;
+    }
+    EXPECT(gspo_token_cases == 24 && unlike_gspo >= 12, "%d GSPO-token cases, %d of them with GSPO's gradient unlike",
+           gspo_token_cases, unlike_gspo);
     // TRL 1.16's experimental GMPO: the response's loss with every token carrying it, so that
     // the token mean (scale 1/R) is the response's term; some cases clip some tokens.
     int gmpo_cases = 0, gmpo_clipped = 0;
@@ -733,10 +773,24 @@ static void test_policy_loss_forms_by_hand(void) {
             EXPECT_CLOSE(grad[t], numeric, 1e-3, 1e-3, what);
         }
     }
+    // GSPO-token with one advantage on every token trains as GSPO: the same loss and gradient.
+    for (int k = 0; k < 2; k++) {
+        PpoLossConfig token_level = *configs[k], sequence = *configs[k];
+        token_level.ratio = RATIO_SEQUENCE_TOKEN, sequence.ratio = RATIO_SEQUENCE_MEAN;
+        float logp[5], grad_token[5] = {0}, grad_sequence[5] = {0};
+        for (int t = 0; t < 5; t++) logp[t] = logp_old[t] + shift[t];
+        const double loss_token = ppo_policy_loss(&token_level, logp, logp_old, adv, ones, 5, 5, 1.0f, grad_token, NULL);
+        const double loss_sequence =
+            ppo_policy_loss(&sequence, logp, logp_old, adv, ones, 5, 5, 1.0f, grad_sequence, NULL);
+        EXPECT_CLOSE(loss_token, loss_sequence, 1e-9, 1e-9, "GSPO-token's loss is GSPO's");
+        for (int t = 0; t < 5; t++) EXPECT_CLOSE(grad_token[t], grad_sequence[t], 1e-6, 1e-6, "GSPO-token's gradient is GSPO's");
+    }
     PolicyLossKind kind;
     RatioKind ratio;
     EXPECT(policy_loss_kind_from_name("grpo", &kind) != 0, "unknown policy loss refused");
     EXPECT(ratio_kind_from_name("gspo", &ratio) == 0 && ratio == RATIO_SEQUENCE_MEAN, "gspo names the sequence ratio");
+    EXPECT(ratio_kind_from_name("sequence_token", &ratio) == 0 && ratio == RATIO_SEQUENCE_TOKEN,
+           "TRL's sequence_token names GSPO-token");
 }
 
 // DAPO's overlong punishment: free up to max - buffer, then linear down to -factor.

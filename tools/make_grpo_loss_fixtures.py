@@ -32,7 +32,9 @@ Writes tests/fixtures/ppo/grpo_losses.json: {"losses": [{"loss_type", "level", "
 "alpha", "advantages", "logp_old", "logp_new", "advantage", "loss", "grad"}], "gmpo_entropy": [{"epsilon_low",
 "epsilon_high", "logp_old", "logp_new", "advantage", "entropies", "entropy_quantile", "entropy_threshold", "kept",
 "loss", "grad"}], "vespo_correction": [{"mode", "clip_min" (0: none), "clip_max", "logp_old", "logp_sampling",
-"logp_new", "advantage", "phi", "loss", "grad"}]}.
+"logp_new", "advantage", "phi", "loss", "grad"}], "gspo_token": [{"loss_type", "beta", "epsilon_low",
+"epsilon_high", "cispo_max", "tau_pos", "tau_neg", "logp_old", "logp_ref", "logp_new", "advantages" (per token),
+"loss", "grad"}]}.
 usage: .venv-tools/bin/python tools/make_grpo_loss_fixtures.py
 """
 import json
@@ -472,13 +474,55 @@ vespo_correction = [vespo_correction_case(mode, clip_min, clip_max, advantage, R
                     for mode in ["token_truncate", "token_mask", "sequence_truncate", "sequence_mask"]
                     for clip_min, clip_max in [(None, 3.0), (0.5, 1.5)] for advantage, R in [(1.3, 5), (-0.7, 8)]]
 
+
+def gspo_token_case(loss_type, R, shift, beta):
+    """GSPO-token (TRL 1.11's importance_sampling_level="sequence_token", removed in 1.12; written
+    out here): log_importance_weights = logp - logp.detach() + (the response's mean log-ratio).detach(),
+    so each token's weight has the response's value and its own token's gradient; then grpo's
+    clipped loss, cispo or sapo as in policy_case, with a different advantage on each token (as
+    GAE gives), plus beta times TRL 1.16's bias-corrected k3 term (coef_1 times the k3 KL) when
+    beta > 0; the per-response token mean; gradient by autograd."""
+    eps_low, eps_high, cispo_max, tau_pos, tau_neg = 0.2, 0.28, 1.1, 1.0, 1.05
+    old = torch.tensor([[rng.uniform(-4.0, -0.2) for _ in range(R)]], dtype=torch.float64)
+    ref = old + torch.tensor([[rng.gauss(0, 0.4) for _ in range(R)]], dtype=torch.float64)
+    new = (old + torch.tensor([[rng.gauss(shift, 0.2) for _ in range(R)]], dtype=torch.float64)).requires_grad_()
+    mask = torch.ones(1, R, dtype=torch.float64)
+    advantages = torch.tensor([[rng.gauss(0.2, 1.0) for _ in range(R)]], dtype=torch.float64)
+    log_ratio = new - old
+    sequence_log_weight = ((log_ratio * mask).sum(-1) / mask.sum(-1).clamp(min=1.0)).detach().unsqueeze(-1)
+    coef_1 = torch.exp(new - new.detach() + sequence_log_weight)
+    if loss_type == "cispo":
+        per_token_loss = -torch.clamp(coef_1, max=cispo_max).detach() * advantages * new
+    elif loss_type == "sapo":
+        temperatures = torch.where(advantages > 0, torch.tensor(tau_pos), torch.tensor(tau_neg)).to(torch.float64)
+        per_token_loss = -(torch.sigmoid(temperatures * (coef_1 - 1)) * 4 / temperatures) * advantages
+    else:  # grpo
+        coef_2 = torch.clamp(coef_1, 1 - eps_low, 1 + eps_high)
+        per_token_loss = -torch.min(coef_1 * advantages, coef_2 * advantages)
+    if beta > 0:
+        per_token_loss = per_token_loss + beta * (torch.exp(ref - new) - (ref - new) - 1) * coef_1
+    loss = ((per_token_loss * mask).sum(-1) / mask.sum(-1).clamp(min=1.0)).mean()
+    loss.backward()
+    return {"loss_type": loss_type, "beta": beta, "epsilon_low": eps_low, "epsilon_high": eps_high,
+            "cispo_max": cispo_max, "tau_pos": tau_pos, "tau_neg": tau_neg, "logp_old": old[0].tolist(),
+            "logp_ref": ref[0].tolist(), "logp_new": new[0].detach().tolist(), "advantages": advantages[0].tolist(),
+            "loss": loss.item(), "grad": new.grad[0].tolist()}
+
+
+# GSPO-token, drawn last for the same reason: the response's ratio inside and outside the clip
+# range (shift), with and without the KL term.
+gspo_token = [gspo_token_case(loss_type, R, shift, beta) for loss_type in ["grpo", "cispo", "sapo"]
+              for R, shift in [(1, 0.0), (6, 0.3), (12, -0.35), (9, 0.05)] for beta in [0.0, 0.1]]
+
 path = os.path.join(os.path.dirname(__file__), "..", "tests/fixtures/ppo/grpo_losses.json")
 with open(path, "w") as f:
     json.dump({"losses": losses, "batch_scaling": batch_scaling, "rollout_correction": rollout_correction,
                "kl_bias_correction": kl_bias_correction, "gmpo": gmpo, "kl_cov": kl_cov, "gdpo": gdpo,
-               "clip_cov": clip_cov, "gpg": gpg, "gmpo_entropy": gmpo_entropy, "vespo_correction": vespo_correction},
+               "clip_cov": clip_cov, "gpg": gpg, "gmpo_entropy": gmpo_entropy, "vespo_correction": vespo_correction,
+               "gspo_token": gspo_token},
               f)
 print("wrote", path, len(losses), "loss cases,", len(batch_scaling), "batches,", len(rollout_correction),
       "rollout-correction cases,", len(kl_bias_correction), "KL bias-correction cases,", len(gmpo), "GMPO cases,",
       len(kl_cov), "KL-Cov micro-batches,", len(gdpo), "GDPO batches,", len(clip_cov), "Clip-Cov micro-batches,", len(gpg), "GPG rollouts,", len(gmpo_entropy),
-      "GMPO cases with the entropy mask,", len(vespo_correction), "VESPO cases with the rollout correction")
+      "GMPO cases with the entropy mask,", len(vespo_correction), "VESPO cases with the rollout correction,",
+      len(gspo_token), "GSPO-token cases")

@@ -341,7 +341,8 @@ int cmd_ppo(int argc, char **argv) {
         {"macro-reward", "macro_reward", OPT_STRING, &macro_reward, "mean (released code) | sum (paper)", false, false},
         {"ratio", "importance_sampling_level", OPT_STRING, &ratio,
          "per-token (released code; the default) | macro (paper's macro-action product) | sequence (GSPO: the response's "
-         "geometric mean; the default with --policy-loss luspo)",
+         "geometric mean; the default with --policy-loss luspo) | sequence-token (GSPO-token: the response's ratio, "
+         "each token's own gradient and advantage)",
          false, false},
         {"keep-duplicate-boundaries", "keep_duplicate_boundaries", OPT_BOOL, &keep_duplicates,
          "released code's zero-length macro step (then --ngram 1 is not token-level PPO)", false, false},
@@ -436,7 +437,7 @@ int cmd_ppo(int argc, char **argv) {
     if (c.loss.policy_loss == POLICY_LOSS_GMPO && !options_given(&set, "cliprange")) clip_ratio = 0.4;
     if (!ratio) ratio = luspo ? "sequence" : "per-token";
     if (ratio_kind_from_name(ratio, &c.loss.ratio) != 0)
-        die_user("option --ratio must be per-token, macro or sequence, got '%s'", ratio);
+        die_user("option --ratio must be per-token, macro, sequence or sequence-token, got '%s'", ratio);
     const double vespo_settings[4] = {vespo_k_pos, vespo_lambda_pos, vespo_k_neg, vespo_lambda_neg};
     for (int i = 0; i < 4; i++)
         if (!isfinite(vespo_settings[i]) || vespo_settings[i] < 0 || (i % 2 == 1 && vespo_settings[i] == 0))

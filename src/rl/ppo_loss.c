@@ -12,6 +12,9 @@ int ratio_kind_from_name(const char *name, RatioKind *out) {
     else if (!strcmp(name, "macro") || !strcmp(name, "macro-product") || !strcmp(name, "macro_product"))
         *out = RATIO_MACRO_PRODUCT;
     else if (!strcmp(name, "sequence") || !strcmp(name, "gspo")) *out = RATIO_SEQUENCE_MEAN;
+    else if (!strcmp(name, "sequence-token") || !strcmp(name, "sequence_token") || !strcmp(name, "gspo-token") ||
+             !strcmp(name, "gspo_token"))
+        *out = RATIO_SEQUENCE_TOKEN;
     else return -1;
     return 0;
 }
@@ -189,10 +192,23 @@ double ppo_gmpo_loss(const PpoLossConfig *config, const float *logp_new, const f
     return loss;
 }
 
-// The tokens are taken in groups that share one ratio: each token alone (per-token), each
-// macro action (macro: the sum of its log-ratios), or the whole response (sequence: their
-// mean). A group's d loss / d log rho, summed over its tokens, flows back to every token of
-// the group times d log rho / d logp (1 for a sum, 1/R for the mean).
+// The tokens that share one ratio's value, group s of a response of R tokens: each token alone
+// (per-token), each macro action (macro: the sum of its log-ratios), or the whole response
+// (sequence and sequence-token: their mean). Its length; *factor = d log rho / d logp of each of
+// its tokens (1 for a sum, 1/R for the mean), by which the group's log-ratio sum is scaled.
+static int ratio_group(const PpoLossConfig *config, const int *segment_lengths, int s, int R, double *factor) {
+    switch (config->ratio) {
+    case RATIO_MACRO_PRODUCT: *factor = 1.0; return segment_lengths[s];
+    case RATIO_SEQUENCE_MEAN:
+    case RATIO_SEQUENCE_TOKEN: *factor = 1.0 / R; return R;
+    case RATIO_PER_TOKEN:
+    default: *factor = 1.0; return 1;
+    }
+}
+
+// A group's d loss / d log rho, summed over its tokens, flows back to every token of the group
+// times d log rho / d logp (ratio_group's factor). GSPO-token's ratio has the group's value but
+// each token's own gradient: a token's d loss / d log rho reaches its own log-prob alone.
 double ppo_policy_loss(const PpoLossConfig *config, const float *logp_new, const float *logp_old,
                        const float *advantages, const int *segment_lengths, int segments, int R, float scale,
                        float *dlogp, PpoLossStats *stats) {
@@ -202,9 +218,10 @@ double ppo_policy_loss(const PpoLossConfig *config, const float *logp_new, const
         return ppo_gmpo_loss(config, logp_new, logp_old, advantages, NULL, R, scale, dlogp, stats);
     double loss = 0;
     int first = 0;
+    const bool own_token_gradient = config->ratio == RATIO_SEQUENCE_TOKEN;
     for (int s = 0; config->ratio == RATIO_MACRO_PRODUCT ? s < segments : first < R; s++) {
-        int m = config->ratio == RATIO_MACRO_PRODUCT ? segment_lengths[s] : config->ratio == RATIO_SEQUENCE_MEAN ? R : 1;
-        double factor = config->ratio == RATIO_SEQUENCE_MEAN ? 1.0 / m : 1.0; // d log rho / d logp_new
+        double factor;
+        const int m = ratio_group(config, segment_lengths, s, R, &factor);
         double group_log_ratio = 0;
         for (int i = 0; i < m; i++) group_log_ratio += (double)logp_new[first + i] - logp_old[first + i];
         group_log_ratio *= factor;
@@ -214,7 +231,9 @@ double ppo_policy_loss(const PpoLossConfig *config, const float *logp_new, const
             double token_log_ratio = (double)logp_new[t] - logp_old[t];
             PolicyTermGradient g;
             loss += policy_term(config, advantages[t], group_log_ratio, logp_new[t], &g);
-            group_gradient += g.d_log_ratio;
+            if (own_token_gradient) {
+                if (dlogp && g.d_log_ratio != 0) dlogp[t] += (float)(g.d_log_ratio * scale);
+            } else group_gradient += g.d_log_ratio;
             if (dlogp && g.d_logp != 0) dlogp[t] += (float)(g.d_logp * scale);
             if (stats) {
                 stats->clipped += g.clipped;
@@ -260,10 +279,11 @@ double ppo_kl_loss_ratio_weighted(const PpoLossConfig *config, const float *logp
                                   float *dlogp) {
     double sum = 0;
     int first = 0;
+    const bool own_token_gradient = config->ratio == RATIO_SEQUENCE_TOKEN;
     // The groups that share a ratio, as ppo_policy_loss takes them.
     for (int s = 0; config->ratio == RATIO_MACRO_PRODUCT ? s < segments : first < R; s++) {
-        int m = config->ratio == RATIO_MACRO_PRODUCT ? segment_lengths[s] : config->ratio == RATIO_SEQUENCE_MEAN ? R : 1;
-        double factor = config->ratio == RATIO_SEQUENCE_MEAN ? 1.0 / m : 1.0; // d log rho / d logp_new
+        double factor;
+        const int m = ratio_group(config, segment_lengths, s, R, &factor);
         double log_ratio = 0, group_kl = 0;
         for (int i = 0; i < m; i++) {
             log_ratio += (double)logp_new[first + i] - logp_old[first + i];
@@ -271,11 +291,15 @@ double ppo_kl_loss_ratio_weighted(const PpoLossConfig *config, const float *logp
         }
         const double ratio = exp(log_ratio * factor);
         sum += ratio * group_kl;
-        // d (rho sum_i kl_i) / d logp_t = rho kl'_t + (sum_i kl_i) rho factor
+        // d (rho sum_i kl_i) / d logp_t = rho kl'_t + (sum_i kl_i) rho factor; GSPO-token's
+        // rho_t = sg(rho) pi_t / sg(pi_t): d (rho_t kl_t) / d logp_t = rho (kl'_t + kl_t).
         for (int i = 0; dlogp && i < m; i++) {
             const int t = first + i;
-            const double slope = kl_estimate_slope(config->kl_loss_estimator, (double)logp_new[t] - logp_ref[t]);
-            dlogp[t] += (float)(scale * config->kl_loss_coef * ratio * (slope + group_kl * factor));
+            const double new_minus_ref = (double)logp_new[t] - logp_ref[t];
+            const double slope = kl_estimate_slope(config->kl_loss_estimator, new_minus_ref);
+            const double through_ratio =
+                own_token_gradient ? kl_estimate(config->kl_loss_estimator, new_minus_ref) : group_kl * factor;
+            dlogp[t] += (float)(scale * config->kl_loss_coef * ratio * (slope + through_ratio));
         }
         first += m;
     }

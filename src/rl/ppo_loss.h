@@ -7,6 +7,11 @@
 //   rho per response (GSPO, --ratio sequence):   rho_t = exp(mean_{t'} (logp_new - logp_old)),
 //       the geometric mean of the token ratios (Zheng et al. 2025; TRL's
 //       importance_sampling_level="sequence", OpenRLHF's policy_loss_type gspo)
+//   GSPO-token (--ratio sequence-token):      rho_t = exp(mean_{t'} (logp_new - logp_old)) in value,
+//       its gradient the token's own: sg(s) pi_t / sg(pi_t) (GSPO's token-level form; TRL's
+//       importance_sampling_level="sequence_token" up to 1.11, verl's gspo loss). With one
+//       advantage per response it trains as GSPO; with per-token advantages (GAE) each token
+//       keeps its own.
 // Two other policy terms replace the clipped one (TRL GRPOTrainer's loss_type):
 //   CISPO (MiniMax-M1): -sg(min(rho_t, w_max)) A_t logp_new_t — the weight is clipped and
 //       carries no gradient, so no token ever loses its gradient (only its weight is capped)
@@ -45,7 +50,7 @@
 
 #include "rl/kl_estimator.h"
 
-typedef enum { RATIO_PER_TOKEN, RATIO_MACRO_PRODUCT, RATIO_SEQUENCE_MEAN } RatioKind;
+typedef enum { RATIO_PER_TOKEN, RATIO_MACRO_PRODUCT, RATIO_SEQUENCE_MEAN, RATIO_SEQUENCE_TOKEN } RatioKind;
 typedef enum {
     POLICY_LOSS_PPO,
     POLICY_LOSS_CISPO,
@@ -137,7 +142,8 @@ double ppo_value_loss(const PpoLossConfig *config, const float *values_new, cons
 double ppo_kl_loss(KlEstimator estimator, const float *logp_new, const float *logp_ref, int R, float coef, float scale,
                    float *dlogp);
 // The same term with each token's kl times its policy ratio rho (config->ratio's: the token's
-// own, its macro action's or the response's; DeepSeek-V3.2's bias-corrected KL, TRL's
+// own, its macro action's or the response's, GSPO-token's with the token's own gradient;
+// DeepSeek-V3.2's bias-corrected KL, TRL's
 // use_bias_correction_kl): sum_t rho_t kl_t by config->kl_loss_estimator. Accumulates
 // scale * config->kl_loss_coef * its gradient, d rho / d logp_new included, into dlogp (may be
 // NULL). Returns the sum (before coef and scale).
@@ -173,7 +179,7 @@ int rollout_correction_from_name(const char *name, RolloutCorrection *out);
 // position q (n - 1), interpolated linearly between its two neighbours.
 double ppo_quantile(const float *values, long n, double q);
 
-// "per-token" | "macro" | "sequence"; -1 otherwise.
+// "per-token" | "macro" | "sequence" | "sequence-token" (and TRL's spellings); -1 otherwise.
 int ratio_kind_from_name(const char *name, RatioKind *out);
 // GMPO over one response: L = -A exp(mean_t l_t), A the tokens' mean advantage, l_t the
 // token's log-ratio clipped one-sidedly in log space by A's sign, the mean over the tokens with

@@ -650,6 +650,23 @@ for form in "cispo --policy-loss cispo" "sapo --policy-loss sapo" "gspo --ratio 
         pass "grpo_${name}_learns (score $first -> $form_last)" ||
         fail "grpo_${name}_learns" "score '$first' -> '$form_last' $(tail -n 2 "$tmp/grpo_${name}_long.err")"
 done
+# GSPO-token: with GRPO's one advantage per response it trains as GSPO (its gradient is GSPO's,
+# summed in another order); with PPO's per-token advantages (GAE) each token keeps its own, and
+# the off-policy training is another.
+run grpo_gspo_token "${clip_args[@]}" --ratio sequence-token
+difference=$(weights_close "$tmp/grpo_gspo/final/actor/model.safetensors" \
+    "$tmp/grpo_gspo_token/final/actor/model.safetensors" 1e-5) &&
+    pass "gspo_token_trains_as_gspo_with_grpo (weights within $difference)" ||
+    fail gspo_token_trains_as_gspo_with_grpo "weights differ by $difference $(tail -n 2 "$tmp/grpo_gspo_token.err")"
+ppo_off_policy=(--termination-condition token --ppo-epochs 4 --num-minibatches 2 --actor-learning-rate 1e-2 --max-iterations 2)
+run ppo_gspo "${ppo_off_policy[@]}" --ratio sequence
+run ppo_gspo_token "${ppo_off_policy[@]}" --ratio gspo_token
+difference=$(weights_close "$tmp/ppo_gspo/final/actor/model.safetensors" \
+    "$tmp/ppo_gspo_token/final/actor/model.safetensors" 1e-3)
+[ -f "$tmp/ppo_gspo_token/final/actor/model.safetensors" ] && [ "$difference" != "" ] &&
+    python3 -c "import sys; sys.exit(0 if 1e-3 < float(sys.argv[1]) < float('inf') else 1)" "$difference" &&
+    pass "gspo_token_differs_with_gae (weights apart by $difference)" ||
+    fail gspo_token_differs_with_gae "'$difference' $(tail -n 2 "$tmp/ppo_gspo_token.err")"
 expect_error bad_policy_loss "--policy-loss" "$bin" ppo "${common[@]}" --output "$tmp/x" --policy-loss reinforce
 expect_error bad_cispo_max_weight "--cispo-max-weight" "$bin" ppo "${common[@]}" --output "$tmp/x" --policy-loss cispo \
     --cispo-max-weight 0
