@@ -458,7 +458,7 @@ static void test_policy_losses_against_trl(void) {
     }
     EXPECT(vespo_cases == 16 && crushed > 0, "%d VESPO cases with the rollout correction, %d with a masked token",
            vespo_cases, crushed);
-    // GSPO-token (TRL 1.11's "sequence_token" level, written out in the fixture tool): the
+    // GSPO-token (TRL's "sequence_token" level before 1.12, written out in the fixture tool): the
     // response's ratio in value, each token's own gradient, a different advantage on each token;
     // with its KL term times that ratio in half the cases. Its gradient is not GSPO's.
     int gspo_token_cases = 0, unlike_gspo = 0;

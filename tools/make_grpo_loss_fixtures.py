@@ -476,7 +476,7 @@ vespo_correction = [vespo_correction_case(mode, clip_min, clip_max, advantage, R
 
 
 def gspo_token_case(loss_type, R, shift, beta):
-    """GSPO-token (TRL 1.11's importance_sampling_level="sequence_token", removed in 1.12; written
+    """GSPO-token (TRL's importance_sampling_level="sequence_token" before 1.12, which dropped it; written
     out here): log_importance_weights = logp - logp.detach() + (the response's mean log-ratio).detach(),
     so each token's weight has the response's value and its own token's gradient; then grpo's
     clipped loss, cispo or sapo as in policy_case, with a different advantage on each token (as

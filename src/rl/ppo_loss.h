@@ -9,7 +9,7 @@
 //       importance_sampling_level="sequence", OpenRLHF's policy_loss_type gspo)
 //   GSPO-token (--ratio sequence-token):      rho_t = exp(mean_{t'} (logp_new - logp_old)) in value,
 //       its gradient the token's own: sg(s) pi_t / sg(pi_t) (GSPO's token-level form; TRL's
-//       importance_sampling_level="sequence_token" up to 1.11, verl's gspo loss). With one
+//       importance_sampling_level="sequence_token" before 1.12, verl's gspo loss). With one
 //       advantage per response it trains as GSPO; with per-token advantages (GAE) each token
 //       keeps its own.
 // Two other policy terms replace the clipped one (TRL GRPOTrainer's loss_type):
