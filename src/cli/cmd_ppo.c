@@ -177,7 +177,8 @@ int cmd_ppo(int argc, char **argv) {
         {"loss-aggregation", "loss_agg_mode", OPT_STRING, &aggregation,
          "seq-mean-token-mean (released; the default) | token-mean (DAPO; the default with --policy-loss cispo or vespo) | "
          "seq-mean-token-sum-norm (Dr. GRPO; the default with --advantage-estimator dr-grpo) | seq-mean-token-sum (the "
-         "default with --policy-loss luspo)", false, false},
+         "default with --policy-loss luspo) | micro-batch-token-mean (TRL's bnpo: each micro-batch's token mean, averaged "
+         "over the step's micro-batches)", false, false},
         {"policy-loss", "loss_type policy_loss_type loss_mode", OPT_STRING, &policy_loss,
          "ppo (clipped ratio) | cispo (clipped, gradient-free token weights; MiniMax-M1) | sapo (soft gate) | vespo "
          "(gradient-free gamma weight of the response's ratio) | luspo (ppo with --ratio sequence and "
@@ -531,9 +532,11 @@ int cmd_ppo(int argc, char **argv) {
     else if (!strcmp(aggregation, "token-mean")) c.loss_aggregation = LOSS_TOKEN_MEAN;
     else if (!strcmp(aggregation, "seq-mean-token-sum-norm")) c.loss_aggregation = LOSS_SEQUENCE_MEAN_TOKEN_SUM_NORM;
     else if (!strcmp(aggregation, "seq-mean-token-sum")) c.loss_aggregation = LOSS_SEQUENCE_MEAN_TOKEN_SUM;
+    else if (!strcmp(aggregation, "micro-batch-token-mean") || !strcmp(aggregation, "bnpo"))
+        c.loss_aggregation = LOSS_MICRO_BATCH_TOKEN_MEAN;
     else
-        die_user("option --loss-aggregation must be seq-mean-token-mean, token-mean, seq-mean-token-sum-norm or "
-                 "seq-mean-token-sum, got '%s'", aggregation);
+        die_user("option --loss-aggregation must be seq-mean-token-mean, token-mean, seq-mean-token-sum-norm, "
+                 "seq-mean-token-sum or micro-batch-token-mean (bnpo), got '%s'", aggregation);
     const bool needs_group = c.estimator == ESTIMATOR_GRPO || c.estimator == ESTIMATOR_DR_GRPO || c.estimator == ESTIMATOR_RLOO ||
                              c.estimator == ESTIMATOR_OPO || c.estimator == ESTIMATOR_GPG ||
                              c.estimator == ESTIMATOR_REINFORCE_PP_BASELINE;

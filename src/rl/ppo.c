@@ -836,25 +836,49 @@ typedef struct {
 // --mask-truncated-completions: a truncated response's tokens weigh 0 and a token mean
 // counts only the others' (TRL's dapo normalisation); a sequence mean still divides by every
 // response (TRL's grpo, dr_grpo).
+// micro-batch-token-mean (TRL's bnpo) takes this rank's samples in minibatch order, as
+// local_samples lists them and the training cuts them into micro-batches of micro_batch: each
+// weighs 1 / (its micro-batch's tokens x the micro-batches of the step on all ranks), so that
+// it depends on how the samples fall into micro-batches (on the number of ranks, too).
 static void set_loss_scales(const Ppo *p, const Rollout *r, const int *positions, int count) {
     double tokens = 0;
     for (int i = 0; i < count; i++)
         if (!(p->c.mask_truncated && r->truncated[positions[i]])) tokens += r->lengths[positions[i]];
-    for (int i = 0; i < count; i++) {
+    double *micro_batch_tokens = NULL;
+    int micro_batches = 0;
+    if (p->c.loss_aggregation == LOSS_MICRO_BATCH_TOKEN_MEAN) {
+        int local = 0;
+        for (int i = 0; i < count; i++) local += r->local[positions[i]] != NULL;
+        micro_batches = (local + p->c.micro_batch - 1) / p->c.micro_batch;
+        micro_batch_tokens = xcalloc((size_t)micro_batches + 1, sizeof(double));
+        for (int i = 0, j = 0; i < count; i++) {
+            if (!r->local[positions[i]]) continue;
+            if (!(p->c.mask_truncated && r->truncated[positions[i]]))
+                micro_batch_tokens[j / p->c.micro_batch] += r->lengths[positions[i]];
+            j++;
+        }
+        dist_sum_ints(&micro_batches, 1);
+    }
+    for (int i = 0, j = 0; i < count; i++) {
         Sample *s = r->local[positions[i]];
         if (!s) continue;
+        const int micro_batch_index = j++ / p->c.micro_batch;
         if (p->c.mask_truncated && r->truncated[positions[i]]) {
             s->loss_scale = 0;
             continue;
         }
         switch (p->c.loss_aggregation) {
         case LOSS_TOKEN_MEAN: s->loss_scale = (float)(1.0 / tokens); break;
+        case LOSS_MICRO_BATCH_TOKEN_MEAN:
+            s->loss_scale = (float)(1.0 / (micro_batch_tokens[micro_batch_index] * micro_batches));
+            break;
         case LOSS_SEQUENCE_MEAN_TOKEN_SUM_NORM: s->loss_scale = (float)(1.0 / ((double)p->c.max_new_tokens * count)); break;
         case LOSS_SEQUENCE_MEAN_TOKEN_SUM: s->loss_scale = (float)(1.0 / count); break;
         case LOSS_SEQUENCE_MEAN_TOKEN_MEAN:
         default: s->loss_scale = (float)(1.0 / ((double)s->response_length * count)); break;
         }
     }
+    free(micro_batch_tokens);
 }
 
 // PPO-ptx: an SFT micro-batch from the ptx data, its loss weighted by ptx_coef. Under

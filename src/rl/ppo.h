@@ -45,11 +45,14 @@ const char *reward_kind_name(RewardKind kind);
 //                            responses: no length bias (Dr. GRPO; verl's name)
 //   seq-mean-token-sum       each response's token sum, then the mean over responses (verl's
 //                            name; with the ratio per response, TRL's loss_type "luspo")
+//   micro-batch-token-mean   each micro-batch's token mean, then the mean over the optimizer
+//                            step's micro-batches on every rank (TRL's loss_type "bnpo")
 typedef enum {
     LOSS_SEQUENCE_MEAN_TOKEN_MEAN,
     LOSS_TOKEN_MEAN,
     LOSS_SEQUENCE_MEAN_TOKEN_SUM_NORM,
-    LOSS_SEQUENCE_MEAN_TOKEN_SUM
+    LOSS_SEQUENCE_MEAN_TOKEN_SUM,
+    LOSS_MICRO_BATCH_TOKEN_MEAN
 } LossAggregation;
 
 
