@@ -231,21 +231,26 @@ run dr_grpo_short --advantage-estimator dr-grpo --samples-per-prompt 4 --max-ite
     "$tmp/dr_grpo_seq_mean/final/actor/model.safetensors" && pass dr_grpo_token_sum_norm ||
     fail dr_grpo_token_sum_norm "$(tail -n 3 "$tmp/dr_grpo_short.err")"
 # TRL's bnpo (--loss-aggregation micro-batch-token-mean): with one micro-batch per step it is
-# token-mean to the bit; with micro-batches of 4 responses of unequal lengths it weighs their
-# tokens otherwise, and it learns.
+# token-mean to the bit, with one response per micro-batch the per-response mean (TRL's grpo);
+# with micro-batches of 4 responses of unequal lengths it weighs their tokens otherwise, and it
+# learns.
 bnpo_args=(--advantage-estimator grpo --samples-per-prompt 4 --termination-condition token)
 run bnpo_one "${bnpo_args[@]}" --max-iterations 2 --micro-batch-size 32 --loss-aggregation bnpo
 run token_mean_one "${bnpo_args[@]}" --max-iterations 2 --micro-batch-size 32 --loss-aggregation token-mean
 run token_mean_four "${bnpo_args[@]}" --max-iterations 2 --loss-aggregation token-mean
+run bnpo_single "${bnpo_args[@]}" --max-iterations 2 --micro-batch-size 1 --loss-aggregation bnpo
+run sequence_mean_single "${bnpo_args[@]}" --max-iterations 2 --micro-batch-size 1
 run bnpo "${bnpo_args[@]}" --max-iterations 8 --loss-aggregation micro-batch-token-mean
 run bnpo_four "${bnpo_args[@]}" --max-iterations 2 --loss-aggregation micro-batch-token-mean
 bnpo_last=$(python3 -c "import json,sys; r=[json.loads(l)['train/score'] for l in open(sys.argv[1]) if 'train/score' in l]; print(sum(r[-3:]) / 3)" "$tmp/bnpo/metrics.jsonl" 2>/dev/null)
 [ -f "$tmp/bnpo_one/final/actor/model.safetensors" ] &&
     cmp -s "$tmp/bnpo_one/final/actor/model.safetensors" "$tmp/token_mean_one/final/actor/model.safetensors" &&
+    [ -f "$tmp/bnpo_single/final/actor/model.safetensors" ] &&
+    cmp -s "$tmp/bnpo_single/final/actor/model.safetensors" "$tmp/sequence_mean_single/final/actor/model.safetensors" &&
     [ -f "$tmp/bnpo_four/final/actor/model.safetensors" ] &&
     ! cmp -s "$tmp/bnpo_four/final/actor/model.safetensors" "$tmp/token_mean_four/final/actor/model.safetensors" &&
     python3 -c "import sys; sys.exit(0 if float(sys.argv[2]) > float(sys.argv[1]) + 0.5 else 1)" "$first" "$bnpo_last" 2>/dev/null &&
-    pass "bnpo (token-mean with one micro-batch, not with four; score $first -> $bnpo_last)" ||
+    pass "bnpo (token-mean with one micro-batch, the sequence mean with one response each, neither with four; score $first -> $bnpo_last)" ||
     fail bnpo "score '$first' -> '$bnpo_last' $(tail -n 2 "$tmp/bnpo_one.err" "$tmp/bnpo.err")"
 # OPO (verl's: the group's baseline weighted by the responses' lengths; its arithmetic is
 # test_ppo_math's): it learns, and it is not Dr. GRPO's unweighted baseline (another training).
