@@ -202,6 +202,52 @@ static void test_rendered_text_gets_one_bos(void) {
     tokenizer_free(tok);
 }
 
+// A conversational ranked row ({prompt: [msgs], responses: [[msgs], ...]}, best first; no TRL
+// counterpart, as TRL has no listwise reward): each response is rendered as a pair's chosen
+// of the same messages is (which test_cases_match_transformers holds to transformers), on
+// a tool-calling row with a second template too, and the ranking survives a split's copy.
+static void test_ranked_rows_render_as_pairs(void) {
+    const char *prompt = "[{\"role\": \"system\", \"content\": \"Be brief.\"}, {\"role\": \"user\", \"content\": \"Name a colour.\"}]";
+    const char *responses[3] = {
+        "[{\"role\": \"assistant\", \"content\": \"Blue.\"}]",
+        "[{\"role\": \"assistant\", \"content\": \"Green, I think.\"}, {\"role\": \"user\", \"content\": \"Sure?\"}, "
+        "{\"role\": \"assistant\", \"content\": \"Yes.\"}]",
+        "[{\"role\": \"assistant\", \"content\": \"A colour is a property of light.\"}]"};
+    const char *templates[2] = {"llama3", "qwen2.5"};
+    for (int t = 0; t < 2; t++) {
+        Tokenizer *tok;
+        CHECK(tokenizer_load(&tok, tiny_chat_path) == 0, "%s", err_msg());
+        char row[2048];
+        snprintf(row, sizeof row, "{\"prompt\": %s, \"responses\": [%s, %s, %s]}\n", prompt, responses[0], responses[1],
+                 responses[2]);
+        Dataset ranked;
+        CHECK(dataset_load(&ranked, write_row("ranked.jsonl", row), DATA_FORMAT_AUTO, 0) == 0, "%s", err_msg());
+        EXPECT(ranked.format == DATA_FORMAT_RANKED && ranked.conversational && ranked.records[0].response_count == 3,
+               "read as a conversational ranking of 3");
+        Dataset copy = ranked; // as a split copies rows before they are rendered
+        copy.records = xmalloc(sizeof *copy.records);
+        copy.path = xstrdup(ranked.path);
+        data_record_copy(&ranked.records[0], &copy.records[0]);
+        CHECK(dataset_render_chat(&copy, tok, tiny_chat_path, templates[t]) == 0, "%s", err_msg());
+        for (int k = 0; k < 3; k++) {
+            snprintf(row, sizeof row, "{\"prompt\": %s, \"chosen\": %s, \"rejected\": %s}\n", prompt, responses[k],
+                     responses[(k + 1) % 3]);
+            Dataset pair;
+            CHECK(dataset_load(&pair, write_row("pair.jsonl", row), DATA_FORMAT_AUTO, 0) == 0, "%s", err_msg());
+            CHECK(dataset_render_chat(&pair, tok, tiny_chat_path, templates[t]) == 0, "%s", err_msg());
+            const DataRecord *r = &copy.records[0], *p = &pair.records[0];
+            EXPECT(strcmp(r->prompt, p->prompt) == 0, "%s: the ranked row's prompt \"%s\"", templates[t], r->prompt);
+            EXPECT(r->responses[k] && strcmp(r->responses[k], p->chosen) == 0, "%s: response %d \"%s\" against \"%s\"",
+                   templates[t], k, r->responses[k] ? r->responses[k] : "(null)", p->chosen);
+            dataset_free(&pair);
+        }
+        EXPECT(strstr(copy.records[0].responses[1], "Yes.") != NULL, "the multi-turn response keeps its turns");
+        dataset_free(&copy);
+        dataset_free(&ranked);
+        tokenizer_free(tok);
+    }
+}
+
 // Each bad row fails with its file:line in the message and the given text.
 static void expect_bad(const char *rows, const char *model, const char *option, const char *message, long line) {
     const char *path = write_row("bad.jsonl", rows);
@@ -242,6 +288,16 @@ static void test_bad_rows(void) {
                tiny_chat_path, "llama3", "expected \"user\", \"tool\" or \"assistant\"", 1);
     expect_bad("{\"chosen\": [{\"role\": \"user\", \"content\": \"q\"}], \"rejected\": [{\"role\": \"user\", \"content\": \"r\"}]}\n",
                tiny_chat_path, "llama3", "share no leading message", 1);
+    // Conversational rankings: every response a list of messages, at least two of them.
+    expect_bad("{\"prompt\": [{\"role\": \"user\", \"content\": \"q\"}], \"responses\": [[{\"role\": \"assistant\", "
+               "\"content\": \"a\"}], \"b\"]}\n",
+               tiny_chat_path, "llama3", "field \"responses[1]\" is a string, expected a list of messages", 1);
+    expect_bad("{\"prompt\": [{\"role\": \"user\", \"content\": \"q\"}], \"responses\": [[{\"role\": \"assistant\", "
+               "\"content\": \"a\"}]]}\n",
+               tiny_chat_path, "llama3", "field \"responses\" has 1 entry, expected at least 2", 1);
+    expect_bad("{\"prompt\": [{\"role\": \"user\", \"content\": \"q\"}], \"responses\": [[{\"role\": \"assistant\", "
+               "\"content\": \"a\"}], [{\"role\": \"user\", \"content\": \"b\"}]]}\n",
+               tiny_chat_path, "llama3", "when the \"responses[1]\" messages are appended", 1);
 
     // Tool-calling rows: the tools column and the calls checked at load, naming the field;
     // tools, calls or tool messages on a template that renders no tools refused at rendering.
@@ -306,6 +362,7 @@ int main(void) {
     CHECK(fs_mkdir_p(tmp_dir) == 0, "%s", err_msg());
     RUN(test_cases_match_transformers);
     RUN(test_rendered_text_gets_one_bos);
+    RUN(test_ranked_rows_render_as_pairs);
     RUN(test_bad_rows);
     TEST_EXIT();
 }

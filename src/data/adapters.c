@@ -334,17 +334,24 @@ static int parse_sft(const json_t *row, const DataRowPlace *at, DataRecord *reco
     return 0;
 }
 
+// A ranking's size: at least 2 responses, and not over a million (a ranking, not a corpus:
+// keeps response_count an int).
+static int check_ranking_size(size_t count, const DataRowPlace *at) {
+    if (count < 2)
+        return err_set("field \"responses\" has %zu entr%s, expected at least 2 (%s:%ld)", count,
+                       count == 1 ? "y" : "ies", at->path, at->line);
+    if (count > 1000000)
+        return err_set("field \"responses\" has %zu entries, over 1000000 (%s:%ld)", count, at->path, at->line);
+    return 0;
+}
+
 static int parse_ranked(const json_t *row, const DataRowPlace *at, DataRecord *record) {
     const char *prompt = NULL;
     json_t *responses = NULL;
     if (get_string(row, "prompt", "prompt", at, &prompt) != 0) return -1;
     if (get_array(row, "responses", "responses", at, &responses) != 0) return -1;
     size_t count = json_array_size(responses);
-    if (count < 2)
-        return err_set("field \"responses\" has %zu entr%s, expected at least 2 (%s:%ld)", count,
-                       count == 1 ? "y" : "ies", at->path, at->line);
-    if (count > 1000000) // a ranking, not a corpus: keeps response_count an int
-        return err_set("field \"responses\" has %zu entries, over 1000000 (%s:%ld)", count, at->path, at->line);
+    if (check_ranking_size(count, at) != 0) return -1;
     for (size_t k = 0; k < count; k++) {
         json_t *response = json_array_get(responses, k);
         if (!json_is_string(response)) {
@@ -574,6 +581,25 @@ static int take_messages(const json_t *row, const char *key, const char *as, con
     return 0;
 }
 
+// A ranked row's "responses" as lists of messages (best first), copied into the conversation;
+// the record gets their count and empty slots, which the chat template fills
+// (dataset_render_chat).
+static int take_ranked_messages(const json_t *row, const DataRowPlace *at, json_t *conversation, DataRecord *record) {
+    json_t *responses = NULL;
+    if (get_array(row, "responses", "responses", at, &responses) != 0) return -1;
+    const size_t count = json_array_size(responses);
+    if (check_ranking_size(count, at) != 0) return -1;
+    for (size_t k = 0; k < count; k++) {
+        char field[48];
+        snprintf(field, sizeof field, "responses[%zu]", k);
+        if (check_messages(json_array_get(responses, k), field, at) != 0) return -1;
+    }
+    json_object_set(conversation, "responses", responses);
+    record->responses = xcalloc(count, sizeof *record->responses);
+    record->response_count = (int)count;
+    return 0;
+}
+
 // A preference row is read by its responses' kind, as TRL's maybe_extract_prompt does
 // (its prompt is extracted when the "prompt" field is of the other kind); every other row
 // by its prompt.
@@ -612,9 +638,13 @@ static int parse_conversation(DataFormat format, const json_t *row, const DataRo
         break;
     }
     case DATA_FORMAT_PROMPTS: rc = take_messages(row, "prompt", "prompt", at, conversation); break;
+    case DATA_FORMAT_RANKED:
+        if ((rc = take_messages(row, "prompt", "prompt", at, conversation)) == 0)
+            rc = take_ranked_messages(row, at, conversation, record);
+        break;
     default:
         rc = err_set("the %s format has no conversational form (lists of messages are read for the sft, pairs, "
-                     "unpaired and prompts formats) (%s:%ld)",
+                     "ranked, unpaired and prompts formats) (%s:%ld)",
                      data_format_name(format), at->path, at->line);
     }
     if (rc == 0) rc = take_tools(row, at, conversation);

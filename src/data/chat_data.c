@@ -22,10 +22,10 @@ int chat_template_for_model(ChatTemplate *t, const Tokenizer *tok, const char *m
 // an object's, or the text a string argument holds, which the template then renders as the
 // object it holds (as `marlhf serve` and vLLM render a request's arguments; TRL would hand
 // the template the string). release_messages frees them.
-static void append_messages(const json_t *conversation, const char *key, ChatMessage *messages, int *count) {
+static void append_message_list(const json_t *list, ChatMessage *messages, int *count) {
     size_t index;
     json_t *message;
-    json_array_foreach(json_object_get(conversation, key), index, message) {
+    json_array_foreach(list, index, message) {
         const json_t *content = json_object_get(message, "content"), *calls = json_object_get(message, "tool_calls");
         ChatMessage *m = &messages[(*count)++];
         *m = (ChatMessage){.role = json_string_value(json_object_get(message, "role")),
@@ -43,6 +43,10 @@ static void append_messages(const json_t *conversation, const char *key, ChatMes
         m->tool_calls = parsed;
         m->num_tool_calls = (int)call_count;
     }
+}
+
+static void append_messages(const json_t *conversation, const char *key, ChatMessage *messages, int *count) {
+    append_message_list(json_object_get(conversation, key), messages, count);
 }
 
 // Frees what append_messages allocated for messages[0, count).
@@ -80,15 +84,15 @@ static int row_template(const ChatTemplate *t, const json_t *conversation, const
     return 0;
 }
 
-// prompt + the `key` list rendered, the prompt's text taken off: *out (NULL when the
-// conversation has no such list).
-static int render_response(const ChatTemplate *t, const Dataset *d, const DataRecord *r, const json_t *conversation,
-                           const char *key, const char *tools, const char *prompt_text, ChatMessage *messages,
+// prompt + the `response` list of messages (the row's field `field`) rendered, the prompt's
+// text taken off: *out (NULL when response is NULL).
+static int render_response(const ChatTemplate *t, const Dataset *d, const DataRecord *r, const json_t *response,
+                           const char *field, const char *tools, const char *prompt_text, ChatMessage *messages,
                            int prompt_count, char **out) {
     *out = NULL;
-    if (!json_object_get(conversation, key)) return 0;
+    if (!response) return 0;
     int count = prompt_count;
-    append_messages(conversation, key, messages, &count);
+    append_message_list(response, messages, &count);
     char *full = NULL;
     int rendered = chat_template_render_tools(t, messages, count, tools, false, &full);
     release_messages(messages + prompt_count, count - prompt_count);
@@ -98,7 +102,7 @@ static int render_response(const ChatTemplate *t, const Dataset *d, const DataRe
         free(full);
         return err_set("the chat template %s does not extend the prompt's rendering when the \"%s\" messages are "
                        "appended, so the response cannot be cut off it (%s:%ld)",
-                       chat_template_name(t), key, d->path, r->line);
+                       chat_template_name(t), field, d->path, r->line);
     }
     *out = xstrdup(full + prefix);
     free(full);
@@ -148,9 +152,14 @@ static int render_record(const ChatTemplate *shared, const Dataset *d, DataRecor
         return -1;
     }
     const ChatTemplate *t = &row;
-    size_t total = 0;
-    const char *keys[3] = {"prompt", "chosen", "rejected"};
-    for (int k = 0; k < 3; k++) total += json_array_size(json_object_get(conversation, keys[k]));
+    // The prompt's messages, then one response's at a time after them.
+    const json_t *ranked = json_object_get(conversation, "responses"); // a ranked row's, best first
+    size_t longest = json_array_size(json_object_get(conversation, "chosen"));
+    if (json_array_size(json_object_get(conversation, "rejected")) > longest)
+        longest = json_array_size(json_object_get(conversation, "rejected"));
+    for (size_t k = 0; k < json_array_size(ranked); k++)
+        if (json_array_size(json_array_get(ranked, k)) > longest) longest = json_array_size(json_array_get(ranked, k));
+    const size_t total = json_array_size(json_object_get(conversation, "prompt")) + longest;
     ChatMessage *messages = xcalloc(total + 1, sizeof *messages);
     int prompt_count = 0;
     append_messages(conversation, "prompt", messages, &prompt_count);
@@ -169,15 +178,34 @@ static int render_record(const ChatTemplate *shared, const Dataset *d, DataRecor
     } else if (chat_template_render_tools(t, messages, prompt_count, tools, true, &prompt) != 0) {
         rc = row_error(d, r);
     }
-    if (rc == 0) rc = render_response(t, d, r, conversation, "chosen", tools, prompt, messages, prompt_count, &chosen);
     if (rc == 0)
-        rc = render_response(t, d, r, conversation, "rejected", tools, prompt, messages, prompt_count, &rejected);
+        rc = render_response(t, d, r, json_object_get(conversation, "chosen"), "chosen", tools, prompt, messages,
+                             prompt_count, &chosen);
+    if (rc == 0)
+        rc = render_response(t, d, r, json_object_get(conversation, "rejected"), "rejected", tools, prompt, messages,
+                             prompt_count, &rejected);
+    // A ranked row's responses, each rendered after the prompt as chosen is.
+    const int ranked_count = (int)json_array_size(ranked);
+    CHECK(ranked_count == 0 || ranked_count == r->response_count, "a ranked row's responses changed since it was loaded");
+    char **responses = ranked_count > 0 ? xcalloc((size_t)ranked_count, sizeof *responses) : NULL;
+    for (int k = 0; rc == 0 && k < ranked_count; k++) {
+        char field[48];
+        snprintf(field, sizeof field, "responses[%d]", k);
+        rc = render_response(t, d, r, json_array_get(ranked, k), field, tools, prompt, messages, prompt_count,
+                             &responses[k]);
+    }
     if (rc == 0) {
         free(r->prompt), free(r->chosen), free(r->rejected);
         r->prompt = prompt, r->chosen = chosen, r->rejected = rejected;
+        for (int k = 0; k < ranked_count; k++) {
+            free(r->responses[k]);
+            r->responses[k] = responses[k];
+        }
     } else {
         free(prompt), free(chosen), free(rejected);
+        for (int k = 0; k < ranked_count; k++) free(responses[k]);
     }
+    free(responses);
     release_messages(messages, prompt_count);
     free(messages);
     free(tools);

@@ -87,7 +87,7 @@ void data_record_copy(const DataRecord *source, DataRecord *out) {
     out->responses = NULL;
     if (source->response_count > 0) {
         out->responses = xmalloc((size_t)source->response_count * sizeof *out->responses);
-        for (int k = 0; k < source->response_count; k++) out->responses[k] = xstrdup(source->responses[k]);
+        for (int k = 0; k < source->response_count; k++) out->responses[k] = copy_or_null(source->responses[k]);
     }
     out->turns = NULL;
     if (source->turn_count > 0) {

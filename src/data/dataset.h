@@ -54,7 +54,9 @@
 //                           responses too (TRL's extract_prompt, Python's loop index); no
 //                           common prefix, or one empty, is an error
 //     ranked ["ranked"]     {prompt, responses: [best, ..., worst]}, K >= 2
-//                           responses[], response_count
+//                           responses[], response_count; conversational: {prompt: [msgs],
+//                           responses: [[msgs], ...]}, the responses' slots NULL until
+//                           rendered
 //     unpaired ["unpaired"] {prompt, completion, label}: TRL's unpaired preference (KTO),
 //                           label true or false; the completion goes to chosen when the
 //                           label is true, to rejected when it is false (the other stays

@@ -40,6 +40,12 @@ write("sft_text.jsonl", [{"prompt": text_prompt(c), "response": c["expected"]["c
 write("pairs_chat.jsonl", [c["row"] for c in pairs] * 4)
 write("pairs_text.jsonl", [{"prompt": text_prompt(c), "chosen": c["expected"]["chosen"],
                             "rejected": c["expected"]["rejected"]} for c in pairs] * 4)
+# rankings of three (no TRL counterpart): the explicit pairs' prompt, chosen, rejected, rejected
+explicit = [c for c in pairs if isinstance(json.loads(c["row"]).get("prompt"), list)]
+write("ranked_chat.jsonl", [{"prompt": r["prompt"], "responses": [r["chosen"], r["rejected"], r["rejected"]]}
+                            for r in (json.loads(c["row"]) for c in explicit)] * 4)
+write("ranked_text.jsonl", [{"prompt": text_prompt(c), "responses": [c["expected"]["chosen"], c["expected"]["rejected"],
+                                                                     c["expected"]["rejected"]]} for c in explicit] * 4)
 write("unpaired_chat.jsonl", [c["row"] for c in unpaired] * 4)
 write("unpaired_text.jsonl", [{"prompt": text_prompt(c), "completion": c["expected"]["chosen"] or c["expected"]["rejected"],
                                "label": json.loads(c["row"])["label"]} for c in unpaired] * 4)
@@ -72,6 +78,14 @@ chat_and_text sft sft
 chat_and_text dpo pairs
 chat_and_text rm pairs
 chat_and_text kto unpaired
+# A listwise reward model on conversational rankings: as on the rendered texts.
+for kind in chat text; do
+    extra=()
+    [ $kind = chat ] && extra=(--chat-template llama3)
+    "$bin" rm "${train_args[@]}" --data "$tmp/ranked_$kind.jsonl" "${extra[@]}" --loss listwise \
+        --output "$tmp/rm_ranked_$kind" 2> "$tmp/rm_ranked_$kind.err" || fail "rm_ranked_${kind}_runs" "$(tail -n 2 "$tmp/rm_ranked_$kind.err")"
+done
+same_losses rm_listwise_chat_equals_rendered_text rm_ranked_chat rm_ranked_text
 
 # infer on the pairs' conversational prompts (greedy, the reward model trained above): the
 # same responses and rewards as on the rendered texts; the prompts written as rendered (the
