@@ -273,6 +273,22 @@ static int rollout_rewards_case(json_t *c, double *rewards, int *groups) {
     return count;
 }
 
+// A rollout case's group advantages by `estimator` and `scale` against its "advantages" (to
+// 1e-12 absolute, `relative` relative); the rewards and groups go to the caller. Returns their count.
+static int expect_rollout_advantages(const char *kind, size_t index, json_t *c, AdvantageEstimator estimator,
+                                     GroupScale scale, double relative, double *rewards, int *groups) {
+    double got[32];
+    const int count = rollout_rewards_case(c, rewards, groups);
+    rollout_group_advantages(estimator, scale, rewards, NULL, groups, count, got);
+    for (int q = 0; q < count; q++) {
+        char what[64];
+        snprintf(what, sizeof what, "%s case %zu advantage %d", kind, index, q);
+        EXPECT_CLOSE(got[q], json_number_value(json_array_get(json_object_get(c, "advantages"), q)), 1e-12, relative,
+                     what);
+    }
+    return count;
+}
+
 // A micro-batch case of responses of several lengths (KL-Cov, Clip-Cov): their log-probs and
 // advantages end to end, response b from first[b] with R[b] tokens, n in all.
 typedef struct {
@@ -634,16 +650,9 @@ static void test_policy_losses_against_trl(void) {
     // mean over a response) with its gradient -A / R whatever the ratio.
     int gpg_cases = 0;
     json_array_foreach(json_object_get(root, "gpg"), index, c) {
-        double rewards[32], got[32];
+        double rewards[32];
         int groups[32];
-        const int count = rollout_rewards_case(c, rewards, groups);
-        rollout_group_advantages(ESTIMATOR_GPG, GROUP_SCALE_GROUP, rewards, NULL, groups, count, got);
-        for (int q = 0; q < count; q++) {
-            char what[64];
-            snprintf(what, sizeof what, "GPG case %zu advantage %d", index, q);
-            EXPECT_CLOSE(got[q], json_number_value(json_array_get(json_object_get(c, "advantages"), q)), 1e-12, 1e-12,
-                         what);
-        }
+        expect_rollout_advantages("GPG", index, c, ESTIMATOR_GPG, GROUP_SCALE_GROUP, 1e-12, rewards, groups);
         PpoLossConfig config = {.policy_loss = POLICY_LOSS_GPG, .clip_ratio = 0.2f, .clip_ratio_high = 0.2f};
         float logp_old[16], logp_new[16], advantages[16], grad[16] = {0};
         int segments[16], R = response_case(c, logp_old, logp_new, advantages, segments);
@@ -662,16 +671,11 @@ static void test_policy_losses_against_trl(void) {
            clamped_weights);
     // scale_rewards="batch": r - group mean over the rollout's standard deviation.
     json_array_foreach(json_object_get(root, "batch_scaling"), index, c) {
-        double rewards[32], got[32];
+        double rewards[32];
         int groups[32];
-        const int count = rollout_rewards_case(c, rewards, groups);
-        rollout_group_advantages(ESTIMATOR_GRPO, GROUP_SCALE_BATCH, rewards, NULL, groups, count, got);
-        for (int q = 0; q < count; q++) {
-            char what[64];
-            snprintf(what, sizeof what, "batch scaling %zu element %d", index, q);
-            // 1e-7 relative: TRL's nanstd takes Bessel's count / (count - 1) in float32.
-            EXPECT_CLOSE(got[q], json_number_value(json_array_get(json_object_get(c, "advantages"), q)), 1e-12, 1e-7, what);
-        }
+        // 1e-7 relative: TRL's nanstd takes Bessel's count / (count - 1) in float32.
+        const int count =
+            expect_rollout_advantages("batch scaling", index, c, ESTIMATOR_GRPO, GROUP_SCALE_BATCH, 1e-7, rewards, groups);
         // "none" is Dr. GRPO's r - mean; "group" is group_advantages group by group.
         double none[32], dr[32], grouped[32], per_group[32];
         rollout_group_advantages(ESTIMATOR_GRPO, GROUP_SCALE_NONE, rewards, NULL, groups, count, none);

@@ -142,6 +142,19 @@ for advantage in [1.3, -0.7]:
 
 
 
+def one_response(R, new_spread, between_spread=None, shift=0.0):
+    """One response of R tokens as the cases below draw it, [1, R] each: old log-probs uniform in
+    [-4, -0.2]; then, when between_spread is given, other log-probs (a reference's, a sampler's)
+    old + N(0, between_spread); then the new log-probs old + N(shift, new_spread), requiring grad;
+    and the all-ones mask. Returns (old, between or None, new, mask), drawn in that order."""
+    old = torch.tensor([[rng.uniform(-4.0, -0.2) for _ in range(R)]], dtype=torch.float64)
+    between = None
+    if between_spread is not None:
+        between = old + torch.tensor([[rng.gauss(0, between_spread) for _ in range(R)]], dtype=torch.float64)
+    new = (old + torch.tensor([[rng.gauss(shift, new_spread) for _ in range(R)]], dtype=torch.float64)).requires_grad_()
+    return old, between, new, torch.ones(1, R, dtype=torch.float64)
+
+
 def sampling_ratio(mode, clip_min, clip_max, old, sampling, mask):
     """TRL 1.16's vllm_importance_sampling_ratio (_generate_and_score_completions): exp of old -
     sampling per token, or of its sum over the response for the sequence modes; truncated by
@@ -161,10 +174,7 @@ def rollout_correction_case(mode, clip_min, clip_max, advantage, R, threshold):
     (sampling_ratio), GRPOTrainer.get_off_policy_mask (called here) with the sampling log-probs, and _compute_loss's
     grpo per-token loss times both, averaged over the tokens, with its gradient."""
     eps_low, eps_high = 0.2, 0.28
-    old = torch.tensor([[rng.uniform(-4.0, -0.2) for _ in range(R)]], dtype=torch.float64)
-    sampling = old + torch.tensor([[rng.gauss(0, 0.8) for _ in range(R)]], dtype=torch.float64)
-    new = (old + torch.tensor([[rng.gauss(0, 0.3) for _ in range(R)]], dtype=torch.float64)).requires_grad_()
-    mask = torch.ones(1, R, dtype=torch.float64)
+    old, sampling, new, mask = one_response(R, 0.3, between_spread=0.8)
     advantages = torch.tensor([[advantage]], dtype=torch.float64)
     ratio = sampling_ratio(mode, clip_min, clip_max, old, sampling, mask)
     keep = torch.ones(1, 1, dtype=torch.float64)
@@ -200,10 +210,7 @@ def kl_bias_case(level, advantage, R, beta):
     per_token_kl = exp(ref - logp) - (ref - logp) - 1, times exp(logp - old) per token or exp of the
     response's mean log-ratio, plus beta times it, averaged over the tokens; gradient by autograd."""
     eps_low, eps_high = 0.2, 0.28
-    old = torch.tensor([[rng.uniform(-4.0, -0.2) for _ in range(R)]], dtype=torch.float64)
-    ref = old + torch.tensor([[rng.gauss(0, 0.4) for _ in range(R)]], dtype=torch.float64)
-    new = (old + torch.tensor([[rng.gauss(0, 0.3) for _ in range(R)]], dtype=torch.float64)).requires_grad_()
-    mask = torch.ones(1, R, dtype=torch.float64)
+    old, ref, new, mask = one_response(R, 0.3, between_spread=0.4)
     advantages = torch.tensor([[advantage]], dtype=torch.float64)
     log_ratio = new - old
     coef_1 = torch.exp(log_importance_weights(log_ratio, mask, level))
@@ -232,9 +239,7 @@ def gmpo_case(advantage, R, spread, eps_low, eps_high):
     [-epsilon, epsilon_high] in log space, one-sided by the advantage's sign (torch.minimum when
     A > 0, torch.maximum otherwise), the exponential of its mean over the tokens, times -A; the mean
     over responses (one here); gradient by autograd."""
-    old = torch.tensor([[rng.uniform(-4.0, -0.2) for _ in range(R)]], dtype=torch.float64)
-    new = (old + torch.tensor([[rng.gauss(0, spread) for _ in range(R)]], dtype=torch.float64)).requires_grad_()
-    mask = torch.ones(1, R, dtype=torch.float64)
+    old, _, new, mask = one_response(R, spread)
     advantages = torch.tensor([advantage], dtype=torch.float64)
     log_ratio = new - old
     clamped_log_ratio = torch.clamp(log_ratio, min=-eps_low, max=eps_high)
@@ -423,10 +428,8 @@ def gmpo_entropy_case(advantage, R, spread, entropy_quantile):
     rule, as policy_case writes it) leave the geometric mean, whose denominator is the kept
     tokens' count; epsilon 0.4 both sides; gradient by autograd."""
     eps_low = eps_high = 0.4
-    old = torch.tensor([[rng.uniform(-4.0, -0.2) for _ in range(R)]], dtype=torch.float64)
-    new = (old + torch.tensor([[rng.gauss(0, spread) for _ in range(R)]], dtype=torch.float64)).requires_grad_()
+    old, _, new, mask = one_response(R, spread)
     entropies = torch.tensor([[rng.uniform(0.0, 3.0) for _ in range(R)]], dtype=torch.float32)
-    mask = torch.ones(1, R, dtype=torch.float64)
     threshold = torch.quantile(entropies[mask.bool()].float(), 1 - entropy_quantile)
     entropy_mask = ((entropies * mask.float()) >= threshold) & mask.bool()
     advantages = torch.tensor([advantage], dtype=torch.float64)
@@ -453,10 +456,7 @@ def vespo_correction_case(mode, clip_min, clip_max, advantage, R):
     """TRL 1.16's VESPO with vLLM importance sampling: the ratio (sampling_ratio), passed to GRPOTrainer.get_gamma_weights (called here) as importance_sampling_ratio,
     which adds the sum of its clamped logs to the sequence's log-ratio (the per-token loss is not
     weighted again for vespo); -phi A logp averaged over the tokens, autograd."""
-    old = torch.tensor([[rng.uniform(-4.0, -0.2) for _ in range(R)]], dtype=torch.float64)
-    sampling = old + torch.tensor([[rng.gauss(0, 0.5) for _ in range(R)]], dtype=torch.float64)
-    new = (old + torch.tensor([[rng.gauss(0, 0.1) for _ in range(R)]], dtype=torch.float64)).requires_grad_()
-    mask = torch.ones(1, R, dtype=torch.float64)
+    old, sampling, new, mask = one_response(R, 0.1, between_spread=0.5)
     advantages = torch.tensor([[advantage]], dtype=torch.float64)
     ratio = sampling_ratio(mode, clip_min, clip_max, old, sampling, mask)
     phi = GRPOTrainer.get_gamma_weights(advantages=advantages, log_ratio_per_token=new - old, mask=mask,
@@ -483,10 +483,7 @@ def gspo_token_case(loss_type, R, shift, beta):
     GAE gives), plus beta times TRL 1.16's bias-corrected k3 term (coef_1 times the k3 KL) when
     beta > 0; the per-response token mean; gradient by autograd."""
     eps_low, eps_high, cispo_max, tau_pos, tau_neg = 0.2, 0.28, 1.1, 1.0, 1.05
-    old = torch.tensor([[rng.uniform(-4.0, -0.2) for _ in range(R)]], dtype=torch.float64)
-    ref = old + torch.tensor([[rng.gauss(0, 0.4) for _ in range(R)]], dtype=torch.float64)
-    new = (old + torch.tensor([[rng.gauss(shift, 0.2) for _ in range(R)]], dtype=torch.float64)).requires_grad_()
-    mask = torch.ones(1, R, dtype=torch.float64)
+    old, ref, new, mask = one_response(R, 0.2, between_spread=0.4, shift=shift)
     advantages = torch.tensor([[rng.gauss(0.2, 1.0) for _ in range(R)]], dtype=torch.float64)
     log_ratio = new - old
     sequence_log_weight = ((log_ratio * mask).sum(-1) / mask.sum(-1).clamp(min=1.0)).detach().unsqueeze(-1)
