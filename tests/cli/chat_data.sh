@@ -246,6 +246,9 @@ printf '{"prompt": [{"role": "user", "content": ["q"]}], "completion": [%s]}\n' 
 printf '{"messages": [%s, %s]}\n{"messages": [%s]}\n' "$u" "$a" "$u" > "$tmp/no_assistant.jsonl"
 printf '{"prompt": [%s], "completion": [%s]}\n' "$u" "$u" > "$tmp/not_prefix.jsonl"
 printf '{"prompt": [%s], "chosen": [%s], "rejected": [%s]}\n' "$u" "$a" "$u" > "$tmp/not_prefix_pairs.jsonl"
+printf '{"prompt": [%s], "responses": [[%s], [%s]]}\n{"prompt": [%s], "responses": [[%s], "b"]}\n' \
+    "$u" "$a" "$a" "$u" "$a" > "$tmp/ranked_text_response.jsonl"
+printf '{"prompt": [%s], "responses": [[%s]]}\n' "$u" "$a" > "$tmp/ranked_one.jsonl"
 mkdir -p "$tmp/no_template"
 cp "$model"/config.json "$model"/tokenizer.json "$model"/model.safetensors "$tmp/no_template/"
 python3 -c "
@@ -264,6 +267,11 @@ expect_error bad_not_prefix "does not extend the prompt's rendering" \
 grep -qF "($tmp/not_prefix.jsonl:1)" "$tmp/stderr" && pass bad_not_prefix_names_line || fail bad_not_prefix_names_line "$(cat "$tmp/stderr")"
 expect_error bad_not_prefix_dpo "($tmp/not_prefix_pairs.jsonl:1)" \
     "$bin" dpo --model "$model" --data "$tmp/not_prefix_pairs.jsonl" --chat-template smollm2 "${sft_bad[@]}"
+expect_error bad_ranked_text_response \
+    "field \"responses[1]\" is a string, expected a list of messages ($tmp/ranked_text_response.jsonl:2)" \
+    "$bin" rm --model "$model" --data "$tmp/ranked_text_response.jsonl" --loss listwise --chat-template llama3 "${sft_bad[@]}"
+expect_error bad_ranked_one "field \"responses\" has 1 entry, expected at least 2 ($tmp/ranked_one.jsonl:1)" \
+    "$bin" rm --model "$model" --data "$tmp/ranked_one.jsonl" --loss listwise --chat-template llama3 "${sft_bad[@]}"
 expect_error bad_no_template "the data is conversational ($tmp/sft_chat.jsonl) and the model has no recognised chat template ($tmp/no_template)" \
     "$bin" sft --model "$tmp/no_template" --data "$tmp/sft_chat.jsonl" "${sft_bad[@]}"
 expect_error bad_no_template_ppo "the data is conversational ($tmp/prompts_chat.jsonl)" \
